@@ -1,0 +1,227 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultLockTimeout        = 5 * time.Second
+	DefaultMaxConflictRetries = 5
+	DefaultConflictBackoff    = 10 * time.Millisecond
+	DefaultReplayHorizon      = 14 * 24 * time.Hour
+	DefaultRetention          = 30 * 24 * time.Hour
+	DefaultPurgeBatchSize     = 10_000
+	DefaultCleanerInterval    = time.Hour
+)
+
+// maxConflictBackoff caps the exponential backoff between conflict retries.
+const maxConflictBackoff = time.Second
+
+// Config configures a Client. The zero value is valid: every field has a
+// default.
+type Config struct {
+	// Logger receives the client's logs. Defaults to nil, which is silent.
+	Logger *slog.Logger
+
+	// IDFormat is the form of the producers' event ids. Ids are validated
+	// and canonicalised to it before they are claimed. IDFormatULID and
+	// IDFormatText need a store whose id column is text. Defaults to
+	// IDFormatUUID.
+	IDFormat IDFormat
+
+	// LockTimeout bounds how long a claim waits behind an uncommitted claim
+	// of the same message by another transaction (a concurrent duplicate
+	// delivery while the first is still in flight). When it runs out, the
+	// claim fails with ErrLockTimeout, which is retryable. It applies only
+	// to the claim, not to the handler's statements. Negative means wait
+	// without limit. Defaults to DefaultLockTimeout (5s).
+	LockTimeout time.Duration
+
+	// MaxConflictRetries is how many times a transaction that failed with a
+	// serialization failure or a deadlock is run again, from the claim, with
+	// exponential backoff. Negative disables retries. Defaults to
+	// DefaultMaxConflictRetries (5).
+	MaxConflictRetries int
+
+	// ConflictBackoff is the first backoff between conflict retries. It
+	// doubles on each retry, up to one second, with jitter. Defaults to
+	// DefaultConflictBackoff (10ms).
+	ConflictBackoff time.Duration
+
+	// ReplayHorizon is the longest window over which a message may be
+	// delivered again: the broker retention you actually rewind over, the
+	// SQS redrive horizon, the outbox replays you keep. Purge refuses to
+	// delete rows younger than this, because a replay of their messages
+	// would look new. Defaults to DefaultReplayHorizon (14 days).
+	ReplayHorizon time.Duration
+
+	// Retention is how long RunCleaner keeps inbox rows. It must not be
+	// shorter than ReplayHorizon. Defaults to DefaultRetention (30 days).
+	Retention time.Duration
+
+	// PurgeBatchSize bounds each DELETE of Purge and RunCleaner, so that a
+	// purge never holds many locks or a long transaction. Defaults to
+	// DefaultPurgeBatchSize (10,000).
+	PurgeBatchSize int
+
+	// CleanerInterval is the time between RunCleaner's purges. Defaults to
+	// DefaultCleanerInterval (1h).
+	CleanerInterval time.Duration
+
+	// Now returns the current time. It stamps processed_at and places the
+	// purge cutoff. Defaults to time.Now.
+	Now func() time.Time
+}
+
+func (c *Config) withDefaults() Config {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.LockTimeout == 0 {
+		out.LockTimeout = DefaultLockTimeout
+	}
+	if out.LockTimeout < 0 {
+		out.LockTimeout = 0
+	}
+	if out.MaxConflictRetries == 0 {
+		out.MaxConflictRetries = DefaultMaxConflictRetries
+	}
+	if out.MaxConflictRetries < 0 {
+		out.MaxConflictRetries = 0
+	}
+	if out.ConflictBackoff == 0 {
+		out.ConflictBackoff = DefaultConflictBackoff
+	}
+	if out.ReplayHorizon == 0 {
+		out.ReplayHorizon = DefaultReplayHorizon
+	}
+	if out.Retention == 0 {
+		out.Retention = max(DefaultRetention, out.ReplayHorizon)
+	}
+	if out.PurgeBatchSize == 0 {
+		out.PurgeBatchSize = DefaultPurgeBatchSize
+	}
+	if out.CleanerInterval == 0 {
+		out.CleanerInterval = DefaultCleanerInterval
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+func (c *Config) validate(tables inboxdriver.Tables) error {
+	switch {
+	case c.IDFormat > IDFormatText:
+		return fmt.Errorf("inbox: Config.IDFormat: unknown format %v", c.IDFormat)
+	case c.IDFormat != IDFormatUUID && tables.IDType == inboxdriver.IDTypeUUID:
+		return fmt.Errorf("inbox: Config.IDFormat is %v, but the store's message_id column is a uuid: migrate with a text id column and configure the store with IDType %q", c.IDFormat, inboxdriver.IDTypeText)
+	case c.ConflictBackoff < 0:
+		return fmt.Errorf("inbox: Config.ConflictBackoff must not be negative, got %v", c.ConflictBackoff)
+	case c.ReplayHorizon < 0:
+		return fmt.Errorf("inbox: Config.ReplayHorizon must not be negative, got %v", c.ReplayHorizon)
+	case c.Retention < c.ReplayHorizon:
+		return fmt.Errorf("inbox: Config.Retention (%v) is shorter than Config.ReplayHorizon (%v): %w", c.Retention, c.ReplayHorizon, ErrWindowTooShort)
+	case c.PurgeBatchSize < 0:
+		return fmt.Errorf("inbox: Config.PurgeBatchSize must be positive, got %d", c.PurgeBatchSize)
+	case c.CleanerInterval < 0:
+		return fmt.Errorf("inbox: Config.CleanerInterval must be positive, got %v", c.CleanerInterval)
+	}
+	return nil
+}
+
+// Client processes messages exactly once per consumer over a store. It is
+// safe for concurrent use. TTx is the store's transaction type, which
+// handlers receive.
+type Client[TTx any] struct {
+	driver inboxdriver.Driver[TTx]
+	config Config
+	logger *slog.Logger
+}
+
+// NewClient returns a client over driver. config may be nil; its zero
+// fields take their defaults.
+func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client[TTx], error) {
+	if driver == nil {
+		return nil, errors.New("inbox: NewClient: driver is nil")
+	}
+	cfg := config.withDefaults()
+	if err := cfg.validate(driver.Tables()); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Client[TTx]{driver: driver, config: cfg, logger: logger}, nil
+}
+
+// Driver returns the client's driver.
+func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }
+
+// Config returns the client's configuration with defaults applied.
+func (c *Client[TTx]) Config() Config { return c.config }
+
+// classify wraps err with the sentinel of its class, so that callers can
+// test it with errors.Is.
+func (c *Client[TTx]) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch c.driver.Classify(err) {
+	case inboxdriver.ClassConflict:
+		if !errors.Is(err, ErrConflict) {
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		}
+	case inboxdriver.ClassLockTimeout:
+		if !errors.Is(err, ErrLockTimeout) {
+			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+		}
+	case inboxdriver.ClassUnavailable:
+		if !errors.Is(err, ErrUnavailable) {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	return err
+}
+
+// retryConflicts runs fn again while it fails with ErrConflict, up to
+// MaxConflictRetries times, with capped exponential backoff and jitter.
+func (c *Client[TTx]) retryConflicts(ctx context.Context, fn func() error) error {
+	backoff := c.config.ConflictBackoff
+	for attempt := 0; ; attempt++ {
+		err := fn()
+		if err == nil || !errors.Is(err, ErrConflict) || attempt >= c.config.MaxConflictRetries {
+			return err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		c.logger.DebugContext(ctx, "inbox: retrying after a conflict", "attempt", attempt+1, "backoff", wait, "err", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxConflictBackoff)
+	}
+}
+
+// rollback rolls tx back with a context that outlives a cancelled ctx, so
+// that a cancellation never leaves a transaction open.
+func (c *Client[TTx]) rollback(ctx context.Context, tx TTx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := c.driver.Rollback(rctx, tx); err != nil {
+		c.logger.WarnContext(ctx, "inbox: rollback failed", "err", err)
+	}
+}

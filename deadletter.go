@@ -1,0 +1,183 @@
+package inbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// DeadLetter is a message stored because it will not be applied.
+type DeadLetter = inboxdriver.DeadLetter
+
+// Reasons a message is dead-lettered. They are stored with it.
+const (
+	ReasonNoID        = "no_id"
+	ReasonMalformedID = "malformed_id"
+	ReasonPermanent   = "permanent"
+	ReasonMaxAttempts = "max_attempts"
+)
+
+// DeadLetterReason names the reason to store for a message that failed with
+// err and will not be retried: ReasonNoID, ReasonMalformedID or
+// ReasonPermanent, or ReasonMaxAttempts for any other error.
+func DeadLetterReason(err error) string {
+	switch {
+	case errors.Is(err, ErrNoMessageID):
+		return ReasonNoID
+	case errors.Is(err, ErrMalformedID):
+		return ReasonMalformedID
+	case IsPermanent(err):
+		return ReasonPermanent
+	default:
+		return ReasonMaxAttempts
+	}
+}
+
+// DeadLetterParams describe a message being dead-lettered.
+type DeadLetterParams struct {
+	Consumer string
+	// Message is the delivery, with the id its KeyFunc returned, if any.
+	Message Message
+	// Reason is a short code such as ReasonPermanent. Defaults to
+	// DeadLetterReason(Err).
+	Reason string
+	// Err is the error that sent the message here.
+	Err error
+	// Attempts is how many times the message was tried.
+	Attempts int
+}
+
+// DeadLetter stores a message that will not be applied, with the reason, in
+// its own transaction. Ack the message only after it returns nil: that is
+// what makes dead-lettering lose nothing. A message dead-lettered again
+// (its redelivery raced the ack) updates the stored row's reason, attempts
+// and last-seen time rather than adding a row.
+func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error {
+	if err := ValidateConsumer(p.Consumer); err != nil {
+		return err
+	}
+	m := p.Message
+	id, idErr := c.config.IDFormat.CanonicalID(m.ID)
+	if idErr != nil {
+		id = ""
+	}
+	reason := p.Reason
+	if reason == "" {
+		reason = DeadLetterReason(p.Err)
+	}
+	errText := ""
+	if p.Err != nil {
+		errText = p.Err.Error()
+	}
+	if idErr != nil && m.ID != "" {
+		errText += fmt.Sprintf(" (raw id %q)", clip(m.ID))
+	}
+	d := &inboxdriver.DeadLetter{
+		Consumer:  p.Consumer,
+		MessageID: id,
+		DedupKey:  deadLetterKey(id, m),
+		Transport: m.Source.Transport,
+		Queue:     m.Source.Queue,
+		Partition: m.Source.Partition,
+		Offset:    m.Source.Offset,
+		BrokerID:  m.Source.BrokerID,
+		Key:       m.Source.Key,
+		Headers:   m.Headers,
+		Payload:   m.Payload,
+		Reason:    reason,
+		Error:     errText,
+		Attempts:  p.Attempts,
+		LastSeen:  c.config.Now(),
+	}
+	if err := c.driver.DeadLetter(ctx, d); err != nil {
+		return fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.classify(err))
+	}
+	c.logger.WarnContext(ctx, "inbox: dead-lettered a message", "consumer", p.Consumer, "key", d.DedupKey,
+		"reason", reason, "attempts", p.Attempts, "err", errText)
+	return nil
+}
+
+// deadLetterKey identifies a dead letter: by its id when it has a valid one,
+// by its transport coordinates otherwise, and by a hash of its payload as a
+// last resort. This key is never an inbox key.
+func deadLetterKey(id string, m Message) string {
+	if id != "" {
+		return "id:" + id
+	}
+	if s := m.Source.String(); s != "" {
+		return s
+	}
+	sum := sha256.Sum256(m.Payload)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// DeadLetters lists dead letters, newest first. consumer filters when not
+// empty; limit bounds the list and defaults to 100.
+func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit int) ([]*DeadLetter, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	ds, err := c.driver.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: limit})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list dead letters: %w", c.classify(err))
+	}
+	return ds, nil
+}
+
+// DeadLetterGet returns one dead letter by its id, or an error wrapping
+// ErrNotFound.
+func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error) {
+	d, err := c.driver.DeadLetterGet(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, c.classify(err))
+	}
+	return d, nil
+}
+
+// ReplayDeadLetter processes a stored dead letter with h, for its consumer,
+// exactly as Process would, and deletes it once it is Applied or found to be
+// a Duplicate. A dead letter that had no valid id cannot be replayed: fix
+// the producer and publish it again.
+func (c *Client[TTx]) ReplayDeadLetter(ctx context.Context, id int64, h Handler[TTx]) (Outcome, error) {
+	d, err := c.DeadLetterGet(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	if d.MessageID == "" {
+		return 0, fmt.Errorf("inbox: replay dead letter %d: %w: fix the producer and publish it again", id, ErrNoMessageID)
+	}
+	msg := Message{
+		ID:      d.MessageID,
+		Payload: d.Payload,
+		Headers: d.Headers,
+		Source: Source{
+			Transport: d.Transport, Queue: d.Queue, Partition: d.Partition,
+			Offset: d.Offset, BrokerID: d.BrokerID, Key: d.Key,
+		},
+	}
+	outcome, err := c.Process(ctx, d.Consumer, msg, h)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: replay dead letter %d: %w", id, err)
+	}
+	if _, err := c.driver.DeadLetterDelete(ctx, id); err != nil {
+		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.classify(err))
+	}
+	return outcome, nil
+}
+
+// DeleteDeadLetter deletes a dead letter, or returns an error wrapping
+// ErrNotFound.
+func (c *Client[TTx]) DeleteDeadLetter(ctx context.Context, id int64) error {
+	ok, err := c.driver.DeadLetterDelete(ctx, id)
+	if err != nil {
+		return fmt.Errorf("inbox: delete dead letter %d: %w", id, c.classify(err))
+	}
+	if !ok {
+		return fmt.Errorf("inbox: delete dead letter %d: %w", id, ErrNotFound)
+	}
+	return nil
+}

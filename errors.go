@@ -1,0 +1,106 @@
+package inbox
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Sentinel errors. Test for them with errors.Is: the errors the client
+// returns wrap them with the consumer, the id and the cause.
+var (
+	// ErrNoMessageID is returned by a KeyFunc, Process, ProcessTx and
+	// ProcessBatch when a message carries no id, or an empty one. Such a
+	// message is never applied: adapters dead-letter it.
+	ErrNoMessageID = errors.New("inbox: message has no id")
+
+	// ErrMalformedID is returned when a message's id is not valid for the
+	// configured IDFormat, or a KeyFunc cannot read it (a payload that is
+	// not JSON, a field that is not a string). Such a message is never
+	// applied: adapters dead-letter it.
+	ErrMalformedID = errors.New("inbox: malformed message id")
+
+	// ErrInvalidConsumer is returned, before any SQL runs, when a consumer
+	// name is empty, longer than MaxConsumerLen bytes, not printable UTF-8,
+	// or has surrounding white space.
+	ErrInvalidConsumer = errors.New("inbox: invalid consumer name")
+
+	// ErrNotFound is returned by Forget and the dead-letter lookups when
+	// there is no such row.
+	ErrNotFound = inboxdriver.ErrNotFound
+
+	// ErrWindowTooShort is returned by Purge and RunCleaner when asked to
+	// delete rows younger than Config.ReplayHorizon: inside that horizon a
+	// replayed message would look new and be applied again.
+	ErrWindowTooShort = errors.New("inbox: purge window is shorter than the replay horizon")
+
+	// ErrLockTimeout is returned when a claim waited longer than
+	// Config.LockTimeout behind an uncommitted delivery of the same message
+	// in another transaction. It is retryable: by then the other delivery
+	// has usually committed, and the retry is a Duplicate.
+	ErrLockTimeout = errors.New("inbox: timed out waiting for an in-flight delivery of the same message")
+
+	// ErrConflict is returned when a transaction still failed with a
+	// serialization failure or a deadlock after Config.MaxConflictRetries
+	// retries. It is retryable.
+	ErrConflict = errors.New("inbox: serialization failure or deadlock")
+
+	// ErrUnavailable is returned when the store cannot be reached, or a
+	// connection broke. It is retryable and never a reason to dead-letter.
+	// When it comes from a commit, the commit's outcome is unknown: do not
+	// ack, and let the redelivery find out.
+	ErrUnavailable = errors.New("inbox: store unavailable")
+)
+
+// Permanent marks err as a failure that retrying cannot fix, such as a
+// message that fails validation. Adapters dead-letter a message whose
+// handler returns a permanent error at once, without using up its attempts.
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// PermanentError is the error Permanent returns.
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// IsPermanent reports whether err, or an error it wraps, was marked with
+// Permanent, or says that the message has no usable id. Retrying such a
+// message cannot succeed.
+func IsPermanent(err error) bool {
+	var pe *PermanentError
+	return errors.As(err, &pe) ||
+		errors.Is(err, ErrNoMessageID) ||
+		errors.Is(err, ErrMalformedID)
+}
+
+// IsRetryable reports whether a message that failed with err may succeed
+// when it is delivered again. It is false for nil, for permanent errors, for
+// an invalid consumer name and for a cancelled context.
+func IsRetryable(err error) bool {
+	if err == nil || IsPermanent(err) || errors.Is(err, ErrInvalidConsumer) {
+		return false
+	}
+	return true
+}
+
+// PanicError is returned when a handler panics. The transaction is rolled
+// back and the panic does not escape the client. It is retryable, so a
+// handler that panics on every delivery uses up its attempts and is then
+// dead-lettered.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }

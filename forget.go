@@ -1,0 +1,29 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Forget deletes consumer's inbox row for id, so that the next delivery of
+// that message is applied again. It is for a deliberate replay, such as
+// after fixing a handler that applied a message wrongly; the effect-ledger
+// rows of the message go with it. It returns an error wrapping ErrNotFound
+// when there is no such row.
+func (c *Client[TTx]) Forget(ctx context.Context, consumer, id string) error {
+	canon, err := c.check(consumer, id)
+	if err != nil {
+		return err
+	}
+	ok, err := c.driver.Forget(ctx, &inboxdriver.ForgetParams{Consumer: consumer, ID: canon})
+	if err != nil {
+		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, c.classify(err))
+	}
+	if !ok {
+		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
+	}
+	c.logger.InfoContext(ctx, "inbox: forgot a message; its next delivery applies again", "consumer", consumer, "id", canon)
+	return nil
+}

@@ -1,0 +1,299 @@
+// Package inboxdriver is the seam between an [inbox.Client] and a store.
+//
+// It is internal in spirit: applications use the root package inbox and a
+// store package (inboxpgx, inboxsql). The interface may grow between minor
+// versions as the client needs more of its stores; implementations in other
+// modules should expect to follow it. Every store must pass the conformance
+// suite in package inboxtest.
+//
+// The client validates consumer names and message ids, and canonicalises the
+// ids, before it calls a driver. A driver may therefore assume well-formed
+// parameters, and must still pass every value as a bind parameter, never
+// spliced into SQL.
+//
+// [inbox.Client]: https://pkg.go.dev/github.com/txinbox/inbox#Client
+package inboxdriver
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned by lookups of a row that does not exist. The root
+// package re-exports it as inbox.ErrNotFound.
+var ErrNotFound = errors.New("inbox: not found")
+
+// Driver is what a store provides to the client. TTx is the store's own
+// transaction type (pgx.Tx, *sql.Tx), which handlers receive unchanged.
+type Driver[TTx any] interface {
+	Admin
+
+	// BeginClaim begins a transaction and claims p.ID for p.Consumer as its
+	// first statement, with INSERT … ON CONFLICT DO NOTHING RETURNING or the
+	// dialect's equivalent. A store should send the claim together with the
+	// begin where its protocol allows it.
+	//
+	// claimed is false when the row already existed. The transaction is open
+	// in both cases, and on success the caller owns it: it must commit or roll
+	// back. On error the driver has already released the transaction.
+	BeginClaim(ctx context.Context, p *ClaimParams) (tx TTx, claimed bool, err error)
+
+	// BeginClaimBatch is BeginClaim for many ids in one statement. p.IDs hold
+	// no duplicates. claimed[i] reports whether p.IDs[i] was new.
+	BeginClaimBatch(ctx context.Context, p *ClaimBatchParams) (tx TTx, claimed []bool, err error)
+
+	// Claim claims inside a transaction that the caller began.
+	Claim(ctx context.Context, tx TTx, p *ClaimParams) (claimed bool, err error)
+
+	// Commit commits tx.
+	Commit(ctx context.Context, tx TTx) error
+
+	// Rollback rolls tx back. Rolling back a transaction that is already
+	// closed is not an error.
+	Rollback(ctx context.Context, tx TTx) error
+}
+
+// Admin is the part of a driver that works outside a message's transaction:
+// maintenance, dead letters, statistics and migrations. The CLI and
+// inboxmigrate need only this part, so it is not generic.
+type Admin interface {
+	// Dialect names the SQL dialect the store speaks.
+	Dialect() Dialect
+
+	// Tables returns the table names the store was configured with, with
+	// defaults applied.
+	Tables() Tables
+
+	// Classify tells the client how to treat err, which came from the store
+	// or from a handler's SQL on the store's transaction.
+	Classify(err error) ErrorClass
+
+	// PurgeBatch deletes at most p.Limit inbox rows processed before
+	// p.Before, and the effect rows of the same messages, without waiting
+	// for rows that are locked. It returns the number of inbox rows deleted.
+	PurgeBatch(ctx context.Context, p *PurgeParams) (int64, error)
+
+	// PurgeCount counts the inbox rows that PurgeBatch would delete, for a
+	// dry run.
+	PurgeCount(ctx context.Context, p *PurgeParams) (int64, error)
+
+	// Forget deletes the inbox row of one message, so that its next
+	// delivery applies again. It reports whether a row was deleted.
+	Forget(ctx context.Context, p *ForgetParams) (bool, error)
+
+	// Stats reports the inbox's size.
+	Stats(ctx context.Context) (*Stats, error)
+
+	// WithLock runs fn while holding the store-wide lock named key, if no one
+	// else holds it. ran is false, and fn is not called, when the lock is
+	// taken. It is how a single cleaner is chosen among many processes.
+	WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (ran bool, err error)
+
+	// DeadLetter records a message that will not be applied. A message
+	// already recorded under the same consumer and DedupKey is updated:
+	// its reason, error, attempts and last-seen time.
+	DeadLetter(ctx context.Context, d *DeadLetter) error
+
+	// DeadLetters lists dead letters, newest first.
+	DeadLetters(ctx context.Context, p *DeadLetterListParams) ([]*DeadLetter, error)
+
+	// DeadLetterGet returns one dead letter, or ErrNotFound.
+	DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error)
+
+	// DeadLetterDelete deletes one dead letter and reports whether it
+	// existed.
+	DeadLetterDelete(ctx context.Context, id int64) (bool, error)
+
+	// WithMigrationLock runs fn while holding a lock that excludes every
+	// other migrator of the same tables. It waits for the lock.
+	WithMigrationLock(ctx context.Context, fn func(ctx context.Context) error) error
+
+	// MigrationTx runs fn in one transaction and commits it if fn returns
+	// nil. Statements use the dialect's placeholders.
+	MigrationTx(ctx context.Context, fn func(ctx context.Context, q Querier) error) error
+}
+
+// Querier runs statements inside a [Admin.MigrationTx].
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) error
+	// QueryInts runs a query whose rows hold one integer column.
+	QueryInts(ctx context.Context, sql string, args ...any) ([]int64, error)
+}
+
+// Dialect names an SQL dialect.
+type Dialect string
+
+// The dialects of the stores in this module.
+const (
+	DialectPostgres Dialect = "postgres"
+	DialectSQLite   Dialect = "sqlite"
+	DialectMySQL    Dialect = "mysql"
+)
+
+// IDType is the type of the message_id column.
+type IDType string
+
+const (
+	// IDTypeUUID stores ids in a uuid column (or the dialect's closest
+	// equivalent). It is the default and the seed's schema.
+	IDTypeUUID IDType = "uuid"
+	// IDTypeText stores ids as text of at most MaxTextIDLen bytes, for
+	// producers whose event ids are ULIDs or opaque strings.
+	IDTypeText IDType = "text"
+)
+
+// MaxTextIDLen is the longest id, in bytes, that a text id column holds.
+const MaxTextIDLen = 255
+
+// Tables names the store's tables. Every name is quoted wherever it is used.
+type Tables struct {
+	// Schema is the Postgres schema, or the MySQL database, that holds the
+	// tables. Empty means the connection's default (search_path on Postgres).
+	// SQLite has no schemas.
+	Schema string
+	// Inbox is the done set. Defaults to "inbox".
+	Inbox string
+	// DeadLetters holds messages that will not be applied. Defaults to
+	// "inbox_dead_letters".
+	DeadLetters string
+	// Effects is the ledger of remote side effects. Defaults to
+	// "inbox_effects".
+	Effects string
+	// Migrations records applied migrations. Defaults to "inbox_migrations".
+	Migrations string
+	// IDType is the type of the message_id column. Defaults to IDTypeUUID.
+	IDType IDType
+}
+
+// Default table names.
+const (
+	DefaultInboxTable       = "inbox"
+	DefaultDeadLettersTable = "inbox_dead_letters"
+	DefaultEffectsTable     = "inbox_effects"
+	DefaultMigrationsTable  = "inbox_migrations"
+)
+
+// WithDefaults returns t with empty fields set to their defaults.
+func (t Tables) WithDefaults() Tables {
+	if t.Inbox == "" {
+		t.Inbox = DefaultInboxTable
+	}
+	if t.DeadLetters == "" {
+		t.DeadLetters = DefaultDeadLettersTable
+	}
+	if t.Effects == "" {
+		t.Effects = DefaultEffectsTable
+	}
+	if t.Migrations == "" {
+		t.Migrations = DefaultMigrationsTable
+	}
+	if t.IDType == "" {
+		t.IDType = IDTypeUUID
+	}
+	return t
+}
+
+// ErrorClass is how the client treats an error.
+type ErrorClass int
+
+const (
+	// ClassOther is any error not listed below. A handler's own errors are
+	// in this class.
+	ClassOther ErrorClass = iota
+	// ClassConflict is a serialization failure or deadlock (Postgres
+	// 40001/40P01, SQLite BUSY, MySQL 1213). The whole transaction is
+	// retried.
+	ClassConflict
+	// ClassLockTimeout is a claim that waited longer than the configured
+	// lock timeout behind an in-flight delivery of the same message.
+	ClassLockTimeout
+	// ClassUnavailable is a store that cannot be reached, or a connection
+	// that broke. It is never a reason to dead-letter.
+	ClassUnavailable
+)
+
+// ClaimParams are the parameters of a claim.
+type ClaimParams struct {
+	Consumer string
+	ID       string
+	// Now is the processed_at time written with the claim.
+	Now time.Time
+	// LockTimeout bounds the wait behind an uncommitted claim of the same
+	// id by another transaction. Zero means no bound.
+	LockTimeout time.Duration
+}
+
+// ClaimBatchParams are the parameters of a batch claim.
+type ClaimBatchParams struct {
+	Consumer    string
+	IDs         []string
+	Now         time.Time
+	LockTimeout time.Duration
+}
+
+// PurgeParams select the rows a purge deletes.
+type PurgeParams struct {
+	// Before deletes rows processed strictly before this time.
+	Before time.Time
+	// Consumer limits the purge to one consumer when not empty.
+	Consumer string
+	// Limit bounds one batch.
+	Limit int
+}
+
+// ForgetParams name one inbox row.
+type ForgetParams struct {
+	Consumer string
+	ID       string
+}
+
+// Stats describe the inbox table.
+type Stats struct {
+	Consumers []ConsumerStats
+	// TableBytes is the size of the inbox table with its indexes, or -1
+	// where the store cannot tell.
+	TableBytes int64
+}
+
+// ConsumerStats describe one consumer's rows.
+type ConsumerStats struct {
+	Consumer string
+	Rows     int64
+	Oldest   time.Time
+	Newest   time.Time
+}
+
+// DeadLetter is a message that will not be applied, as stored.
+type DeadLetter struct {
+	// ID is assigned by the store.
+	ID       int64
+	Consumer string
+	// MessageID is the canonical id, or empty when the message had none or
+	// a malformed one.
+	MessageID string
+	// DedupKey identifies the message among dead letters: its id when it
+	// has one, its transport coordinates otherwise.
+	DedupKey  string
+	Transport string
+	Queue     string
+	Partition int32
+	Offset    int64
+	BrokerID  string
+	Key       []byte
+	Headers   map[string]string
+	Payload   []byte
+	Reason    string
+	Error     string
+	Attempts  int
+	// FirstSeen and LastSeen are when the message was first and last
+	// dead-lettered. On a write, LastSeen is the time of this write.
+	FirstSeen time.Time
+	LastSeen  time.Time
+}
+
+// DeadLetterListParams filter a listing of dead letters.
+type DeadLetterListParams struct {
+	Consumer string
+	Limit    int
+}

@@ -1,0 +1,213 @@
+package inboxmigrate
+
+import (
+	"fmt"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// migration is one version of the schema. Its statements are written by
+// hand for each dialect; only quoted identifiers are filled in.
+type migration struct {
+	version int
+	name    string
+	up      func(s *schema) []string
+	down    func(s *schema) []string
+}
+
+// schema renders identifiers and column types for one dialect and one set
+// of table names.
+type schema struct {
+	d inboxdriver.Dialect
+	t inboxdriver.Tables
+}
+
+func (s *schema) table(name string) string { return s.t.Qualify(s.d, name) }
+func (s *schema) ident(name string) string { return inboxdriver.Quote(s.d, name) }
+
+// index names an index after its table. Postgres and SQLite keep index names
+// per schema, so they must not collide between tables.
+func (s *schema) index(table, suffix string) string { return s.ident(table + "_" + suffix) }
+
+// The migrations, in version order. Never edit one that has been released:
+// add another.
+var migrations = []migration{
+	{
+		version: 1,
+		name:    "inbox",
+		up: func(s *schema) []string {
+			inbox := s.table(s.t.Inbox)
+			switch s.d {
+			case inboxdriver.DialectPostgres:
+				idType := "uuid"
+				if s.t.IDType == inboxdriver.IDTypeText {
+					idType = fmt.Sprintf("text CHECK (octet_length(message_id) BETWEEN 1 AND %d)", inboxdriver.MaxTextIDLen)
+				}
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
+    consumer_name text        NOT NULL,
+    message_id    ` + idType + ` NOT NULL,
+    processed_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer_name, message_id)
+)`,
+					// BRIN: rows arrive in processed_at order, so a block-range
+					// index finds the old ones for purge at almost no cost to
+					// each claim, unlike a b-tree.
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, "processed_at_idx") + ` ON ` + inbox + ` USING brin (processed_at)`,
+				}
+			case inboxdriver.DialectMySQL:
+				idType := "CHAR(36) CHARACTER SET ascii COLLATE ascii_bin"
+				if s.t.IDType == inboxdriver.IDTypeText {
+					idType = fmt.Sprintf("VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", inboxdriver.MaxTextIDLen)
+				}
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
+    consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    message_id    ` + idType + ` NOT NULL,
+    processed_at  DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (consumer_name, message_id),
+    KEY ` + s.index(s.t.Inbox, "processed_at_idx") + ` (processed_at)
+) ENGINE=InnoDB`,
+				}
+			default: // SQLite: processed_at is Unix time in microseconds.
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
+    consumer_name TEXT    NOT NULL,
+    message_id    TEXT    NOT NULL,
+    processed_at  INTEGER NOT NULL,
+    PRIMARY KEY (consumer_name, message_id)
+) WITHOUT ROWID`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, "processed_at_idx") + ` ON ` + s.ident(s.t.Inbox) + ` (processed_at)`,
+				}
+			}
+		},
+		down: func(s *schema) []string {
+			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Inbox)}
+		},
+	},
+	{
+		version: 2,
+		name:    "dead_letters",
+		up: func(s *schema) []string {
+			dl := s.table(s.t.DeadLetters)
+			switch s.d {
+			case inboxdriver.DialectPostgres:
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + dl + ` (
+    id               bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    consumer_name    text        NOT NULL,
+    dedup_key        text        NOT NULL,
+    message_id       text,
+    transport        text        NOT NULL DEFAULT '',
+    queue            text        NOT NULL DEFAULT '',
+    source_partition integer     NOT NULL DEFAULT 0,
+    source_offset    bigint      NOT NULL DEFAULT 0,
+    broker_id        text        NOT NULL DEFAULT '',
+    record_key       bytea,
+    headers          jsonb       NOT NULL DEFAULT '{}',
+    payload          bytea,
+    reason           text        NOT NULL,
+    error_text       text        NOT NULL DEFAULT '',
+    attempts         integer     NOT NULL DEFAULT 0,
+    first_seen_at    timestamptz NOT NULL,
+    last_seen_at     timestamptz NOT NULL,
+    UNIQUE (consumer_name, dedup_key)
+)`,
+				}
+			case inboxdriver.DialectMySQL:
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + dl + ` (
+    id               BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    consumer_name    VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    dedup_key        VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    message_id       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
+    transport        VARCHAR(32)  NOT NULL DEFAULT '',
+    queue            VARCHAR(1024) NOT NULL DEFAULT '',
+    source_partition INT          NOT NULL DEFAULT 0,
+    source_offset    BIGINT       NOT NULL DEFAULT 0,
+    broker_id        VARCHAR(255) NOT NULL DEFAULT '',
+    record_key       VARBINARY(4096) NULL,
+    headers          LONGTEXT     NOT NULL,
+    payload          LONGBLOB     NULL,
+    reason           VARCHAR(64)  NOT NULL,
+    error_text       TEXT         NOT NULL,
+    attempts         INT          NOT NULL DEFAULT 0,
+    first_seen_at    DATETIME(6)  NOT NULL,
+    last_seen_at     DATETIME(6)  NOT NULL,
+    UNIQUE KEY ` + s.index(s.t.DeadLetters, "dedup_key") + ` (consumer_name, dedup_key)
+) ENGINE=InnoDB`,
+				}
+			default:
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + dl + ` (
+    id               INTEGER PRIMARY KEY AUTOINCREMENT,
+    consumer_name    TEXT    NOT NULL,
+    dedup_key        TEXT    NOT NULL,
+    message_id       TEXT,
+    transport        TEXT    NOT NULL DEFAULT '',
+    queue            TEXT    NOT NULL DEFAULT '',
+    source_partition INTEGER NOT NULL DEFAULT 0,
+    source_offset    INTEGER NOT NULL DEFAULT 0,
+    broker_id        TEXT    NOT NULL DEFAULT '',
+    record_key       BLOB,
+    headers          TEXT    NOT NULL DEFAULT '{}',
+    payload          BLOB,
+    reason           TEXT    NOT NULL,
+    error_text       TEXT    NOT NULL DEFAULT '',
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    first_seen_at    INTEGER NOT NULL,
+    last_seen_at     INTEGER NOT NULL,
+    UNIQUE (consumer_name, dedup_key)
+)`,
+				}
+			}
+		},
+		down: func(s *schema) []string {
+			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.DeadLetters)}
+		},
+	},
+}
+
+// versionTable renders the statements that create the table of applied
+// migrations, and the schema that holds the tables.
+func (s *schema) versionTable() []string {
+	var stmts []string
+	if s.t.Schema != "" {
+		switch s.d {
+		case inboxdriver.DialectPostgres:
+			stmts = append(stmts, `CREATE SCHEMA IF NOT EXISTS `+s.ident(s.t.Schema))
+		case inboxdriver.DialectMySQL:
+			stmts = append(stmts, `CREATE DATABASE IF NOT EXISTS `+s.ident(s.t.Schema))
+		}
+	}
+	vt := s.table(s.t.Migrations)
+	switch s.d {
+	case inboxdriver.DialectPostgres:
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+vt+` (
+    version    integer     PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`)
+	case inboxdriver.DialectMySQL:
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+vt+` (
+    version    INT          NOT NULL PRIMARY KEY,
+    name       VARCHAR(128) NOT NULL,
+    applied_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+) ENGINE=InnoDB`)
+	default:
+		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+vt+` (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at TEXT    NOT NULL DEFAULT CURRENT_TIMESTAMP
+)`)
+	}
+	return stmts
+}
+
+// placeholder returns the dialect's n-th bind parameter, counting from 1.
+func (s *schema) placeholder(n int) string {
+	if s.d == inboxdriver.DialectPostgres {
+		return fmt.Sprintf("$%d", n)
+	}
+	return "?"
+}

@@ -1,0 +1,219 @@
+package inboxpgx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Classify implements inboxdriver.Admin.
+func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "40001", pgErr.Code == "40P01":
+			return inboxdriver.ClassConflict
+		case pgErr.Code == "55P03":
+			return inboxdriver.ClassLockTimeout
+		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutdown, crash, cannot connect now
+			pgErr.Code == "53300": // too many connections
+			return inboxdriver.ClassUnavailable
+		}
+		return inboxdriver.ClassOther
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &connectErr),
+		errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &netErr),
+		pgconn.SafeToRetry(err):
+		return inboxdriver.ClassUnavailable
+	}
+	return inboxdriver.ClassOther
+}
+
+// PurgeBatch implements inboxdriver.Admin.
+func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
+	ct, err := d.pool.Exec(ctx, d.q.purge, p.Before, p.Consumer, p.Limit)
+	if err != nil {
+		return 0, err
+	}
+	return ct.RowsAffected(), nil
+}
+
+// PurgeCount implements inboxdriver.Admin.
+func (d *Driver) PurgeCount(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
+	var n int64
+	err := d.pool.QueryRow(ctx, d.q.purgeCount, p.Before, p.Consumer).Scan(&n)
+	return n, err
+}
+
+// Forget implements inboxdriver.Admin.
+func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool, error) {
+	ct, err := d.pool.Exec(ctx, d.q.forget, p.Consumer, p.ID)
+	if err != nil {
+		return false, err
+	}
+	return ct.RowsAffected() > 0, nil
+}
+
+// Stats implements inboxdriver.Admin.
+func (d *Driver) Stats(ctx context.Context) (*inboxdriver.Stats, error) {
+	rows, err := d.pool.Query(ctx, d.q.stats)
+	if err != nil {
+		return nil, err
+	}
+	s := &inboxdriver.Stats{}
+	for rows.Next() {
+		var c inboxdriver.ConsumerStats
+		if err := rows.Scan(&c.Consumer, &c.Rows, &c.Oldest, &c.Newest); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		s.Consumers = append(s.Consumers, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := d.pool.QueryRow(ctx, d.q.tableSize, d.tables.Qualify(inboxdriver.DialectPostgres, d.tables.Inbox)).Scan(&s.TableBytes); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// WithLock implements inboxdriver.Admin with a session advisory lock, held
+// on one pooled connection while fn runs.
+func (d *Driver) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (bool, error) {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	id := lockID(key)
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil {
+		return false, err
+	}
+	if !ok {
+		return false, nil
+	}
+	defer unlock(ctx, conn.Conn(), id)
+	return true, fn(ctx)
+}
+
+// WithMigrationLock implements inboxdriver.Admin. It waits for the lock.
+func (d *Driver) WithMigrationLock(ctx context.Context, fn func(ctx context.Context) error) error {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	id := lockID("inbox-migrate:" + d.tables.Schema + "." + d.tables.Migrations)
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, id); err != nil {
+		return err
+	}
+	defer unlock(ctx, conn.Conn(), id)
+	return fn(ctx)
+}
+
+func unlock(ctx context.Context, conn *pgx.Conn, id int64) {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, id); err != nil {
+		// A connection that cannot unlock must not go back to the pool
+		// holding the lock.
+		_ = conn.Close(uctx)
+	}
+}
+
+// MigrationTx implements inboxdriver.Admin.
+func (d *Driver) MigrationTx(ctx context.Context, fn func(ctx context.Context, q inboxdriver.Querier) error) error {
+	tx, err := d.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer rollback(ctx, tx)
+	if err := fn(ctx, querier{tx}); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+type querier struct{ tx pgx.Tx }
+
+func (q querier) Exec(ctx context.Context, sql string, args ...any) error {
+	_, err := q.tx.Exec(ctx, sql, args...)
+	return err
+}
+
+func (q querier) QueryInts(ctx context.Context, sql string, args ...any) ([]int64, error) {
+	rows, err := q.tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// DeadLetter implements inboxdriver.Admin.
+func (d *Driver) DeadLetter(ctx context.Context, dl *inboxdriver.DeadLetter) error {
+	headers := dl.Headers
+	if headers == nil {
+		headers = map[string]string{}
+	}
+	_, err := d.pool.Exec(ctx, d.q.deadLetter,
+		dl.Consumer, dl.DedupKey, dl.MessageID, dl.Transport, dl.Queue,
+		dl.Partition, dl.Offset, dl.BrokerID, dl.Key, headers, dl.Payload,
+		dl.Reason, dl.Error, dl.Attempts, dl.LastSeen)
+	return err
+}
+
+// DeadLetters implements inboxdriver.Admin.
+func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxdriver.DeadLetter, error) {
+	rows, err := d.pool.Query(ctx, d.q.deadLetters, p.Consumer, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanDeadLetter)
+}
+
+// DeadLetterGet implements inboxdriver.Admin.
+func (d *Driver) DeadLetterGet(ctx context.Context, id int64) (*inboxdriver.DeadLetter, error) {
+	rows, err := d.pool.Query(ctx, d.q.deadLetter1, id)
+	if err != nil {
+		return nil, err
+	}
+	dl, err := pgx.CollectExactlyOneRow(rows, scanDeadLetter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("dead letter %d: %w", id, inboxdriver.ErrNotFound)
+	}
+	return dl, err
+}
+
+// DeadLetterDelete implements inboxdriver.Admin.
+func (d *Driver) DeadLetterDelete(ctx context.Context, id int64) (bool, error) {
+	ct, err := d.pool.Exec(ctx, d.q.deadLetterDelete, id)
+	if err != nil {
+		return false, err
+	}
+	return ct.RowsAffected() > 0, nil
+}
+
+func scanDeadLetter(row pgx.CollectableRow) (*inboxdriver.DeadLetter, error) {
+	var dl inboxdriver.DeadLetter
+	err := row.Scan(&dl.ID, &dl.Consumer, &dl.DedupKey, &dl.MessageID, &dl.Transport, &dl.Queue,
+		&dl.Partition, &dl.Offset, &dl.BrokerID, &dl.Key, &dl.Headers, &dl.Payload,
+		&dl.Reason, &dl.Error, &dl.Attempts, &dl.FirstSeen, &dl.LastSeen)
+	return &dl, err
+}

@@ -1,0 +1,223 @@
+// Package inboxpgx is the inbox's Postgres store, over pgx v5 and its pool.
+// It is the primary store: handlers receive a pgx.Tx.
+//
+// A claim travels with the BEGIN in one pipelined batch (pgx's
+// Batch.BeginTx), so processing a message costs the same round trips as the
+// bare BEGIN; UPDATE; COMMIT it protects: begin and claim, the handler's
+// statements, commit.
+//
+// # Concurrent duplicates
+//
+// A second delivery of a message whose first delivery is still in flight
+// waits in its INSERT on the first transaction's uncommitted row: the unique
+// key is the lock. When the first commits, the second finds the row and is a
+// Duplicate; when the first rolls back, the second claims and applies. The
+// wait is bounded by the client's LockTimeout, after which the claim fails
+// with inbox.ErrLockTimeout.
+package inboxpgx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Config configures a Driver. The zero value is valid.
+type Config struct {
+	// Tables names the tables and their schema, and the type of the id
+	// column. Defaults to the default names in the connection's search_path
+	// with uuid ids.
+	Tables inboxdriver.Tables
+
+	// TxOptions are the options of the transactions the driver begins for
+	// Process and ProcessBatch. Defaults to the server's default isolation
+	// level (read committed). Under serializable isolation, serialization
+	// failures are retried by the client.
+	TxOptions pgx.TxOptions
+}
+
+// Driver is the inbox store on a pgx pool. It is safe for concurrent use.
+type Driver struct {
+	pool      *pgxpool.Pool
+	tables    inboxdriver.Tables
+	txOptions pgx.TxOptions
+	q         queries
+}
+
+var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
+
+// New returns a driver over pool. config may be nil.
+func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
+	if pool == nil {
+		return nil, errors.New("inboxpgx: pool is nil")
+	}
+	var cfg Config
+	if config != nil {
+		cfg = *config
+	}
+	t := cfg.Tables.WithDefaults()
+	if err := t.Validate(inboxdriver.DialectPostgres); err != nil {
+		return nil, err
+	}
+	return &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, q: newQueries(t)}, nil
+}
+
+// Pool returns the driver's pool.
+func (d *Driver) Pool() *pgxpool.Pool { return d.pool }
+
+// Dialect implements inboxdriver.Admin.
+func (d *Driver) Dialect() inboxdriver.Dialect { return inboxdriver.DialectPostgres }
+
+// Tables implements inboxdriver.Admin.
+func (d *Driver) Tables() inboxdriver.Tables { return d.tables }
+
+// BeginClaim implements inboxdriver.Driver. BEGIN, the lock timeout and the
+// claim go to the server in one pipelined batch.
+func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, bool, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(d.txOptions)
+	var claimed bool
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
+		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+			claimed = ct.RowsAffected() == 1
+			return nil
+		})
+	})
+	tx, err := d.sendBegin(ctx, b)
+	if err != nil {
+		return nil, false, err
+	}
+	return tx, claimed, nil
+}
+
+// BeginClaimBatch implements inboxdriver.Driver. One INSERT … SELECT FROM
+// unnest claims every id.
+func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (pgx.Tx, []bool, error) {
+	b := &pgx.Batch{}
+	b.BeginTx(d.txOptions)
+	claimed := make([]bool, len(p.IDs))
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
+		b.Queue(d.q.claimBatch, p.Consumer, p.IDs, p.Now).Query(func(rows pgx.Rows) error {
+			return scanClaimed(rows, p.IDs, claimed)
+		})
+	})
+	tx, err := d.sendBegin(ctx, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, claimed, nil
+}
+
+// Claim implements inboxdriver.Driver, inside the caller's transaction.
+func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParams) (bool, error) {
+	if p.LockTimeout <= 0 {
+		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID, p.Now)
+		if err != nil {
+			return false, err
+		}
+		return ct.RowsAffected() == 1, nil
+	}
+	b := &pgx.Batch{}
+	var claimed bool
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
+		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+			claimed = ct.RowsAffected() == 1
+			return nil
+		})
+	})
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return false, err
+	}
+	return claimed, nil
+}
+
+// queueClaim queues the claim, bracketed by statements that bound its lock
+// wait and then restore the transaction's own lock_timeout, so that the
+// bound applies to the claim and not to the handler.
+func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch)) {
+	if lockTimeout <= 0 {
+		claim(b)
+		return
+	}
+	ms := max(lockTimeout.Milliseconds(), 1)
+	b.Queue(setLockTimeout, fmt.Sprintf("%dms", ms))
+	claim(b)
+	b.Queue(restoreLockTimeout)
+}
+
+// The lock-timeout bracket. The saved value lives in a transaction-local
+// custom setting, so the restore is exact even inside a caller's
+// transaction that set its own lock_timeout.
+const (
+	setLockTimeout     = `SELECT set_config('inbox.saved_lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)`
+	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('inbox.saved_lock_timeout'), true)`
+)
+
+// sendBegin sends a batch that begins a transaction and returns the
+// transaction, or rolls it back and returns the batch's error.
+func (d *Driver) sendBegin(ctx context.Context, b *pgx.Batch) (pgx.Tx, error) {
+	br := d.pool.SendBatch(ctx, b)
+	tx := br.Tx()
+	if err := br.Close(); err != nil {
+		rollback(ctx, tx)
+		return nil, err
+	}
+	return tx, nil
+}
+
+func scanClaimed(rows pgx.Rows, ids []string, claimed []bool) error {
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	var id string
+	for rows.Next() {
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		i, ok := at[id]
+		if !ok {
+			return fmt.Errorf("inboxpgx: claim returned id %q that was not asked for", id)
+		}
+		claimed[i] = true
+	}
+	return rows.Err()
+}
+
+// Commit implements inboxdriver.Driver.
+func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
+	return tx.Commit(ctx)
+}
+
+// Rollback implements inboxdriver.Driver.
+func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
+	err := tx.Rollback(ctx)
+	if errors.Is(err, pgx.ErrTxClosed) {
+		return nil
+	}
+	return err
+}
+
+func rollback(ctx context.Context, tx pgx.Tx) {
+	if tx == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
+
+// lockID hashes a lock name to an advisory lock key.
+func lockID(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}

@@ -1,0 +1,71 @@
+package inboxpgx_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
+	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+func TestMain(m *testing.M) { testdb.Main(m) }
+
+// newDriver returns a driver over a fresh, migrated schema.
+func newDriver(t *testing.T, tables inboxdriver.Tables) (*inboxpgx.Driver, string) {
+	t.Helper()
+	pool := testdb.Pool(t)
+	tables.Schema = testdb.Schema(t)
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: tables})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := inboxmigrate.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return d, tables.Schema
+}
+
+// newStore is the pgx store for the conformance suite, with an effects
+// table beside the inbox.
+func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
+	d, schema := newDriver(t, inboxdriver.Tables{})
+	pool := d.Pool()
+	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+effects+` (consumer text NOT NULL, message_id text NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	return &inboxtest.Store[pgx.Tx]{
+		Driver: d,
+		Begin:  func(ctx context.Context) (pgx.Tx, error) { return pool.Begin(ctx) },
+		Effect: func(ctx context.Context, tx pgx.Tx, consumer, id string) error {
+			_, err := tx.Exec(ctx, `INSERT INTO `+effects+` (consumer, message_id) VALUES ($1, $2)`, consumer, id)
+			return err
+		},
+		Effects: func(ctx context.Context, consumer, id string) (int, error) {
+			var n int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM `+effects+` WHERE consumer = $1 AND message_id = $2`, consumer, id).Scan(&n)
+			return n, err
+		},
+		WaitingClaims: func(ctx context.Context) (int, error) {
+			var n int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
+			return n, err
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Run("pgx", func(t *testing.T) {
+		inboxtest.Exercise(t, newStore)
+	})
+}

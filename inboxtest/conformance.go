@@ -1,0 +1,763 @@
+package inboxtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Store is what the conformance suite needs of a store under test.
+type Store[TTx any] struct {
+	// Driver is the store, over tables that no other test touches, already
+	// migrated.
+	Driver inboxdriver.Driver[TTx]
+	// Begin begins a transaction, as an application does before ProcessTx.
+	Begin func(ctx context.Context) (TTx, error)
+	// Effect applies the side effect of one message inside tx: it records
+	// one application of id for consumer in a table of its own.
+	Effect func(ctx context.Context, tx TTx, consumer, id string) error
+	// Effects counts the recorded applications of id for consumer.
+	Effects func(ctx context.Context, consumer, id string) (int, error)
+	// WaitingClaims, if set, counts the claims of these tables that are
+	// waiting for a lock. It lets the suite check that a concurrent
+	// duplicate really waited behind the first delivery.
+	WaitingClaims func(ctx context.Context) (int, error)
+}
+
+// Exercise runs the conformance suite. newStore is called once for each
+// subtest and must return a store isolated from every other. Subtests run in
+// parallel.
+func Exercise[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx]) {
+	for _, c := range cases[TTx]() {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t)
+			c.run(t, &suite[TTx]{t: t, s: s})
+		})
+	}
+}
+
+type testCase[TTx any] struct {
+	name string
+	run  func(t *testing.T, x *suite[TTx])
+}
+
+// suite holds one subtest's store and builds its clients.
+type suite[TTx any] struct {
+	t *testing.T
+	s *Store[TTx]
+}
+
+func (x *suite[TTx]) client(cfg *inbox.Config) *inbox.Client[TTx] {
+	x.t.Helper()
+	c, err := inbox.NewClient(x.s.Driver, cfg)
+	if err != nil {
+		x.t.Fatalf("NewClient: %v", err)
+	}
+	return c
+}
+
+// effect returns a handler that applies the store's effect and counts its
+// calls, in order.
+func (x *suite[TTx]) effect(consumer string) (inbox.Handler[TTx], *calls) {
+	cs := &calls{}
+	return inbox.HandlerFunc[TTx](func(ctx context.Context, tx TTx, m inbox.Message) error {
+		cs.add(m.ID)
+		return x.s.Effect(ctx, tx, consumer, m.ID)
+	}), cs
+}
+
+func (x *suite[TTx]) requireEffects(consumer, id string, want int) {
+	x.t.Helper()
+	got, err := x.s.Effects(context.Background(), consumer, id)
+	if err != nil {
+		x.t.Fatalf("count effects: %v", err)
+	}
+	if got != want {
+		x.t.Fatalf("%s/%s applied %d times, want %d", consumer, id, got, want)
+	}
+}
+
+func (x *suite[TTx]) rows(c *inbox.Client[TTx], consumer string) int64 {
+	x.t.Helper()
+	st, err := c.Stats(context.Background())
+	if err != nil {
+		x.t.Fatalf("Stats: %v", err)
+	}
+	for _, cs := range st.Consumers {
+		if cs.Consumer == consumer {
+			return cs.Rows
+		}
+	}
+	return 0
+}
+
+type calls struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func (c *calls) add(id string) {
+	c.mu.Lock()
+	c.ids = append(c.ids, id)
+	c.mu.Unlock()
+}
+
+func (c *calls) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.ids...)
+}
+
+func msg(id string) inbox.Message {
+	return inbox.Message{ID: id, Payload: []byte(`{"amount_cents":100}`)}
+}
+
+func requireErrorIs(t *testing.T, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("want an error wrapping %q, got %v", target, err)
+	}
+}
+
+func requireEqual[T comparable](t *testing.T, what string, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s: got %v, want %v", what, got, want)
+	}
+}
+
+func requireOutcomes(t *testing.T, rs []inbox.BatchResult, want ...any) {
+	t.Helper()
+	if len(rs) != len(want) {
+		t.Fatalf("got %d results, want %d", len(rs), len(want))
+	}
+	for i, w := range want {
+		switch w := w.(type) {
+		case inbox.Outcome:
+			if rs[i].Err != nil || rs[i].Outcome != w {
+				t.Fatalf("result %d: got (%v, %v), want %v", i, rs[i].Outcome, rs[i].Err, w)
+			}
+		case error:
+			if !errors.Is(rs[i].Err, w) {
+				t.Fatalf("result %d: got (%v, %v), want an error wrapping %q", i, rs[i].Outcome, rs[i].Err, w)
+			}
+		}
+	}
+}
+
+var errBoom = errors.New("boom")
+
+func cases[TTx any]() []testCase[TTx] {
+	return []testCase[TTx]{
+		{"ApplyThenSkipDuplicate", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			h, cs := x.effect("billing")
+			id := NewID()
+			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
+			RequireDuplicate(t)(c.Process(context.Background(), "billing", msg(id), h))
+			requireEqual(t, "handler calls", len(cs.list()), 1)
+			x.requireEffects("billing", id, 1)
+		}},
+
+		{"CanonicalIDsAreOneMessage", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			h, cs := x.effect("billing")
+			id := NewID()
+			for i, form := range []string{id, strings.ToUpper(id), "{" + id + "}", "urn:uuid:" + id, strings.ReplaceAll(id, "-", "")} {
+				out, err := c.Process(context.Background(), "billing", msg(form), h)
+				if err != nil {
+					t.Fatalf("form %q: %v", form, err)
+				}
+				want := inbox.Duplicate
+				if i == 0 {
+					want = inbox.Applied
+				}
+				requireEqual(t, "outcome of "+form, out, want)
+			}
+			requireEqual(t, "handler calls", len(cs.list()), 1)
+			requireEqual(t, "id the handler saw", cs.list()[0], id)
+		}},
+
+		{"HandlerErrorRollsBack", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			id := NewID()
+			failing := inbox.HandlerFunc[TTx](func(ctx context.Context, tx TTx, m inbox.Message) error {
+				if err := x.s.Effect(ctx, tx, "billing", m.ID); err != nil {
+					return err
+				}
+				return errBoom
+			})
+			_, err := c.Process(context.Background(), "billing", msg(id), failing)
+			requireErrorIs(t, err, errBoom)
+			x.requireEffects("billing", id, 0)
+			requireEqual(t, "inbox rows after the rollback", x.rows(c, "billing"), 0)
+
+			h, _ := x.effect("billing")
+			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
+			x.requireEffects("billing", id, 1)
+		}},
+
+		{"HandlerPanicRollsBack", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			id := NewID()
+			panicking := inbox.HandlerFunc[TTx](func(ctx context.Context, tx TTx, m inbox.Message) error {
+				if err := x.s.Effect(ctx, tx, "billing", m.ID); err != nil {
+					return err
+				}
+				panic("handler bug")
+			})
+			_, err := c.Process(context.Background(), "billing", msg(id), panicking)
+			var pe *inbox.PanicError
+			if !errors.As(err, &pe) {
+				t.Fatalf("want a PanicError, got %v", err)
+			}
+			if !inbox.IsRetryable(err) {
+				t.Fatalf("a panic should be retryable, so that it uses up attempts: %v", err)
+			}
+			x.requireEffects("billing", id, 0)
+			h, _ := x.effect("billing")
+			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
+		}},
+
+		{"ConcurrentDuplicates", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(&inbox.Config{LockTimeout: -1, MaxConflictRetries: 50})
+			h, cs := x.effect("billing")
+			id := NewID()
+			const n = 32
+			start := make(chan struct{})
+			var applied, duplicate atomic.Int32
+			errs := make(chan error, n)
+			var wg sync.WaitGroup
+			for range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					out, err := c.Process(context.Background(), "billing", msg(id), h)
+					switch {
+					case err != nil:
+						errs <- err
+					case out == inbox.Applied:
+						applied.Add(1)
+					case out == inbox.Duplicate:
+						duplicate.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("concurrent delivery failed: %v", err)
+			}
+			requireEqual(t, "applied", applied.Load(), 1)
+			requireEqual(t, "duplicates", duplicate.Load(), n-1)
+			requireEqual(t, "handler calls", len(cs.list()), 1)
+			x.requireEffects("billing", id, 1)
+		}},
+
+		{"DuplicateWaitsThenApplies", func(t *testing.T, x *suite[TTx]) {
+			// The first delivery claims and then rolls back; the
+			// concurrent second must then claim and apply.
+			c := x.client(&inbox.Config{LockTimeout: -1, MaxConflictRetries: 50})
+			id := NewID()
+			claimed := make(chan struct{})
+			release := make(chan struct{})
+			first := inbox.HandlerFunc[TTx](func(ctx context.Context, tx TTx, m inbox.Message) error {
+				close(claimed)
+				<-release
+				return errBoom
+			})
+			firstErr := make(chan error, 1)
+			go func() {
+				_, err := c.Process(context.Background(), "billing", msg(id), first)
+				firstErr <- err
+			}()
+			<-claimed
+			h, cs := x.effect("billing")
+			second := make(chan error, 1)
+			var outcome inbox.Outcome
+			go func() {
+				var err error
+				outcome, err = c.Process(context.Background(), "billing", msg(id), h)
+				second <- err
+			}()
+			x.awaitWaitingClaim(t)
+			close(release)
+			requireErrorIs(t, <-firstErr, errBoom)
+			if err := <-second; err != nil {
+				t.Fatalf("second delivery: %v", err)
+			}
+			requireEqual(t, "second outcome", outcome, inbox.Applied)
+			requireEqual(t, "handler calls", len(cs.list()), 1)
+			x.requireEffects("billing", id, 1)
+		}},
+
+		{"LockTimeout", func(t *testing.T, x *suite[TTx]) {
+			// A duplicate behind a long in-flight first delivery gives up
+			// with a retryable error instead of blocking without limit.
+			slow := x.client(&inbox.Config{LockTimeout: -1})
+			impatient := x.client(&inbox.Config{LockTimeout: 50 * time.Millisecond, MaxConflictRetries: -1})
+			id := NewID()
+			claimed := make(chan struct{})
+			release := make(chan struct{})
+			first := inbox.HandlerFunc[TTx](func(ctx context.Context, tx TTx, m inbox.Message) error {
+				close(claimed)
+				<-release
+				return x.s.Effect(ctx, tx, "billing", m.ID)
+			})
+			firstOut := make(chan error, 1)
+			go func() {
+				out, err := slow.Process(context.Background(), "billing", msg(id), first)
+				if err == nil && out != inbox.Applied {
+					err = fmt.Errorf("first delivery: %v", out)
+				}
+				firstOut <- err
+			}()
+			<-claimed
+			h, cs := x.effect("billing")
+			_, err := impatient.Process(context.Background(), "billing", msg(id), h)
+			requireErrorIs(t, err, inbox.ErrLockTimeout)
+			if !inbox.IsRetryable(err) {
+				t.Fatalf("a lock timeout must be retryable: %v", err)
+			}
+			close(release)
+			if err := <-firstOut; err != nil {
+				t.Fatal(err)
+			}
+			RequireDuplicate(t)(impatient.Process(context.Background(), "billing", msg(id), h))
+			requireEqual(t, "second handler calls", len(cs.list()), 0)
+			x.requireEffects("billing", id, 1)
+		}},
+
+		{"PerConsumer", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			id := NewID()
+			for _, consumer := range []string{"billing", "inventory"} {
+				h, _ := x.effect(consumer)
+				RequireApplied(t)(c.Process(context.Background(), consumer, msg(id), h))
+			}
+			for _, consumer := range []string{"billing", "inventory"} {
+				h, cs := x.effect(consumer)
+				RequireDuplicate(t)(c.Process(context.Background(), consumer, msg(id), h))
+				requireEqual(t, consumer+" handler calls on redelivery", len(cs.list()), 0)
+				x.requireEffects(consumer, id, 1)
+			}
+		}},
+
+		{"ProcessTx", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			id := NewID()
+			ctx := context.Background()
+			for i, want := range []inbox.Outcome{inbox.Applied, inbox.Duplicate} {
+				tx, err := x.s.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := c.ProcessTx(ctx, tx, "billing", msg(id))
+				if err != nil {
+					t.Fatalf("delivery %d: %v", i, err)
+				}
+				requireEqual(t, "outcome", out, want)
+				if out == inbox.Applied {
+					if err := x.s.Effect(ctx, tx, "billing", id); err != nil {
+						t.Fatal(err)
+					}
+					if err := x.s.Driver.Commit(ctx, tx); err != nil {
+						t.Fatal(err)
+					}
+				} else if err := x.s.Driver.Rollback(ctx, tx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			x.requireEffects("billing", id, 1)
+		}},
+
+		{"BatchDuplicatesInsideAndAcross", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			h, cs := x.effect("billing")
+			a, b, cc, d := NewID(), NewID(), NewID(), NewID()
+			ctx := context.Background()
+			rs, err := c.ProcessBatch(ctx, "billing", []inbox.Message{msg(a), msg(b), msg(strings.ToUpper(a)), msg(cc)}, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Applied, inbox.Applied, inbox.Duplicate, inbox.Applied)
+			rs, err = c.ProcessBatch(ctx, "billing", []inbox.Message{msg(cc), msg(d), msg(b), msg(d)}, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Duplicate, inbox.Applied, inbox.Duplicate, inbox.Duplicate)
+			requireEqual(t, "handler order", strings.Join(cs.list(), ","), strings.Join([]string{a, b, cc, d}, ","))
+			for _, id := range []string{a, b, cc, d} {
+				x.requireEffects("billing", id, 1)
+			}
+			rs, err = c.ProcessBatch(ctx, "billing", []inbox.Message{msg(a), msg(d)}, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Duplicate, inbox.Duplicate)
+			requireEqual(t, "handler calls", len(cs.list()), 4)
+		}},
+
+		{"BatchIsolatesPoison", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			ids := []string{NewID(), NewID(), NewID(), NewID(), NewID()}
+			poison := map[string]error{ids[1]: errBoom, ids[3]: inbox.Permanent(errBoom)}
+			attempts := map[string]int{}
+			var mu sync.Mutex
+			h := inbox.HandlerFunc[TTx](func(ctx context.Context, tx TTx, m inbox.Message) error {
+				mu.Lock()
+				attempts[m.ID]++
+				mu.Unlock()
+				if err := x.s.Effect(ctx, tx, "billing", m.ID); err != nil {
+					return err
+				}
+				return poison[m.ID]
+			})
+			msgs := make([]inbox.Message, len(ids))
+			for i, id := range ids {
+				msgs[i] = msg(id)
+			}
+			rs, err := c.ProcessBatch(context.Background(), "billing", msgs, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Applied, errBoom, inbox.Applied, errBoom, inbox.Applied)
+			if !inbox.IsPermanent(rs[3].Err) || inbox.IsPermanent(rs[1].Err) {
+				t.Fatalf("permanence lost: %v / %v", rs[1].Err, rs[3].Err)
+			}
+			for i, id := range ids {
+				want := 1
+				if poison[id] != nil {
+					want = 0
+				}
+				x.requireEffects("billing", id, want)
+				if attempts[id] > 3 {
+					t.Fatalf("message %d handled %d times: the split is not bounded", i, attempts[id])
+				}
+			}
+
+			// Ordered: nothing after a retryable failure is attempted.
+			fresh := []string{NewID(), ids[1], NewID(), NewID()}
+			msgs = []inbox.Message{msg(fresh[0]), msg(fresh[1]), msg(fresh[2]), {ID: ""}}
+			rs, err = c.ProcessBatchOrdered(context.Background(), "billing", msgs, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Applied, errBoom, inbox.ErrNotAttempted, inbox.ErrNoMessageID)
+			x.requireEffects("billing", fresh[2], 0)
+		}},
+
+		{"BatchRejectsBadIDs", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			h, cs := x.effect("billing")
+			good := NewID()
+			rs, err := c.ProcessBatch(context.Background(), "billing",
+				[]inbox.Message{{ID: ""}, msg("not-a-uuid"), msg(good), msg("00000000-0000-0000-0000-000000000000")}, h)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.ErrNoMessageID, inbox.ErrMalformedID, inbox.Applied, inbox.ErrMalformedID)
+			requireEqual(t, "handler calls", len(cs.list()), 1)
+		}},
+
+		{"PurgeWindowAndHorizon", func(t *testing.T, x *suite[TTx]) {
+			now := time.Now().UTC().Truncate(time.Second)
+			var clock atomic.Pointer[time.Time]
+			clock.Store(&now)
+			cfg := &inbox.Config{ReplayHorizon: 24 * time.Hour, Now: func() time.Time { return *clock.Load() }}
+			c := x.client(cfg)
+			h, _ := x.effect("billing")
+			ctx := context.Background()
+			old := now.Add(-10 * 24 * time.Hour)
+			clock.Store(&old)
+			var oldIDs, newIDs []string
+			for range 5 {
+				id := NewID()
+				oldIDs = append(oldIDs, id)
+				RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			}
+			clock.Store(&now)
+			for range 3 {
+				id := NewID()
+				newIDs = append(newIDs, id)
+				RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			}
+
+			_, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 12 * time.Hour})
+			requireErrorIs(t, err, inbox.ErrWindowTooShort)
+			if !strings.Contains(err.Error(), "12h") || !strings.Contains(err.Error(), "1d") {
+				t.Fatalf("the refusal should name the window and the horizon: %v", err)
+			}
+
+			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, DryRun: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "dry-run count", n, int64(5))
+			requireEqual(t, "rows after a dry run", x.rows(c, "billing"), int64(8))
+
+			var progress []int64
+			n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2,
+				Progress: func(d int64) { progress = append(progress, d) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "purged", n, int64(5))
+			requireEqual(t, "batches", fmt.Sprint(progress), "[2 4 5]")
+			requireEqual(t, "rows left", x.rows(c, "billing"), int64(3))
+			for _, id := range newIDs {
+				RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
+			}
+			// Past the window a replay looks new: that is why the horizon
+			// guard exists.
+			RequireApplied(t)(c.Process(ctx, "billing", msg(oldIDs[0]), h))
+		}},
+
+		{"PurgeByConsumer", func(t *testing.T, x *suite[TTx]) {
+			now := time.Now().UTC()
+			old := now.Add(-48 * time.Hour)
+			var clock atomic.Pointer[time.Time]
+			clock.Store(&old)
+			c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Now: func() time.Time { return *clock.Load() }})
+			ctx := context.Background()
+			for _, consumer := range []string{"billing", "inventory"} {
+				h, _ := x.effect(consumer)
+				RequireApplied(t)(c.Process(ctx, consumer, msg(NewID()), h))
+			}
+			clock.Store(&now)
+			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, Consumer: "inventory"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "purged", n, int64(1))
+			requireEqual(t, "billing rows", x.rows(c, "billing"), int64(1))
+			requireEqual(t, "inventory rows", x.rows(c, "inventory"), int64(0))
+		}},
+
+		{"Cleaner", func(t *testing.T, x *suite[TTx]) {
+			now := time.Now().UTC()
+			old := now.Add(-48 * time.Hour)
+			var clock atomic.Pointer[time.Time]
+			clock.Store(&old)
+			c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Retention: 24 * time.Hour,
+				CleanerInterval: 10 * time.Millisecond, Now: func() time.Time { return *clock.Load() }})
+			h, _ := x.effect("billing")
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
+			clock.Store(&now)
+			RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
+
+			// While another process holds the cleaner's lock, this one
+			// skips its turns.
+			tables := x.s.Driver.Tables()
+			key := "inbox-cleaner:" + tables.Schema + "." + tables.Inbox
+			held := make(chan struct{})
+			releaseLock := make(chan struct{})
+			lockDone := make(chan error, 1)
+			go func() {
+				_, err := x.s.Driver.WithLock(ctx, key, func(ctx context.Context) error {
+					close(held)
+					<-releaseLock
+					return nil
+				})
+				lockDone <- err
+			}()
+			<-held
+			ran, err := x.s.Driver.WithLock(ctx, key, func(ctx context.Context) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "second holder ran", ran, false)
+			close(releaseLock)
+			if err := <-lockDone; err != nil {
+				t.Fatal(err)
+			}
+
+			done := make(chan error, 1)
+			go func() { done <- c.RunCleaner(ctx) }()
+			deadline := time.Now().Add(30 * time.Second)
+			for x.rows(c, "billing") != 1 {
+				if time.Now().After(deadline) {
+					t.Fatalf("the cleaner did not purge the old row within 30s")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}},
+
+		{"ForgetAllowsOneMoreApply", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			h, cs := x.effect("billing")
+			ctx := context.Background()
+			id := NewID()
+			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			if err := c.Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
+				t.Fatal(err)
+			}
+			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
+			requireEqual(t, "handler calls", len(cs.list()), 2)
+			x.requireEffects("billing", id, 2)
+			requireErrorIs(t, c.Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
+			requireErrorIs(t, c.Forget(ctx, "inventory", id), inbox.ErrNotFound)
+		}},
+
+		{"InvalidInputBeforeSQL", func(t *testing.T, x *suite[TTx]) {
+			counting := &countingDriver[TTx]{Driver: x.s.Driver}
+			c, err := inbox.NewClient[TTx](counting, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, cs := x.effect("billing")
+			ctx := context.Background()
+			id := NewID()
+			for _, consumer := range []string{"", " billing", "billing\n", strings.Repeat("b", 129), "bill\x00ing", "bill\xffing"} {
+				_, err := c.Process(ctx, consumer, msg(id), h)
+				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
+				_, err = c.ProcessBatch(ctx, consumer, []inbox.Message{msg(id)}, h)
+				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
+				requireErrorIs(t, c.Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
+			}
+			for _, bad := range []struct {
+				id   string
+				want error
+			}{{"", inbox.ErrNoMessageID}, {"42", inbox.ErrMalformedID}, {id + " ", inbox.ErrMalformedID},
+				{"{" + id, inbox.ErrMalformedID}, {"00000000-0000-0000-0000-000000000000", inbox.ErrMalformedID},
+				{strings.Replace(id, "-", "g", 1), inbox.ErrMalformedID}} {
+				_, err := c.Process(ctx, "billing", msg(bad.id), h)
+				requireErrorIs(t, err, bad.want)
+				if inbox.IsRetryable(err) {
+					t.Fatalf("a bad id must not be retryable: %v", err)
+				}
+			}
+			requireEqual(t, "store calls", counting.calls.Load(), int64(0))
+			requireEqual(t, "handler calls", len(cs.list()), 0)
+		}},
+
+		{"DeadLetters", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			ctx := context.Background()
+			id := NewID()
+			m := inbox.Message{ID: strings.ToUpper(id), Payload: []byte(`{"amount_cents":100}`),
+				Headers: map[string]string{"event-id": id},
+				Source:  inbox.Source{Transport: "kafka", Queue: "orders", Partition: 3, Offset: 1207, Key: []byte("acct-1")}}
+			for attempt := 1; attempt <= 2; attempt++ {
+				if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m, Err: errBoom, Attempts: attempt}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			noID := inbox.Message{Payload: []byte(`{}`), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}}
+			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: noID, Err: inbox.ErrNoMessageID, Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			list, err := c.DeadLetters(ctx, "billing", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "dead letters", len(list), 2)
+			var withID *inbox.DeadLetter
+			for _, d := range list {
+				if d.MessageID != "" {
+					withID = d
+				} else {
+					requireEqual(t, "reason", d.Reason, inbox.ReasonNoID)
+				}
+			}
+			if withID == nil {
+				t.Fatal("the dead letter with an id is missing")
+			}
+			got, err := c.DeadLetterGet(ctx, withID.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "message id", got.MessageID, id)
+			requireEqual(t, "attempts", got.Attempts, 2)
+			requireEqual(t, "reason", got.Reason, inbox.ReasonMaxAttempts)
+			requireEqual(t, "queue", got.Queue, "orders")
+			requireEqual(t, "partition", got.Partition, int32(3))
+			requireEqual(t, "offset", got.Offset, int64(1207))
+			requireEqual(t, "key", string(got.Key), "acct-1")
+			requireEqual(t, "header", got.Headers["event-id"], id)
+			requireEqual(t, "payload", string(got.Payload), `{"amount_cents":100}`)
+			if got.LastSeen.Before(got.FirstSeen) || got.FirstSeen.IsZero() {
+				t.Fatalf("first seen %v, last seen %v", got.FirstSeen, got.LastSeen)
+			}
+			_, err = c.DeadLetters(ctx, "inventory", 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			h, cs := x.effect("billing")
+			RequireApplied(t)(c.ReplayDeadLetter(ctx, withID.ID, h))
+			requireEqual(t, "replay handler calls", len(cs.list()), 1)
+			_, err = c.DeadLetterGet(ctx, withID.ID)
+			requireErrorIs(t, err, inbox.ErrNotFound)
+			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
+			requireErrorIs(t, c.DeleteDeadLetter(ctx, withID.ID), inbox.ErrNotFound)
+		}},
+	}
+}
+
+// awaitWaitingClaim waits until a claim is blocked on a lock, when the
+// store can tell.
+func (x *suite[TTx]) awaitWaitingClaim(t *testing.T) {
+	t.Helper()
+	if x.s.WaitingClaims == nil {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := x.s.WaitingClaims(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the second delivery never waited for the first")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// countingDriver counts every call that could reach the store.
+type countingDriver[TTx any] struct {
+	inboxdriver.Driver[TTx]
+	calls atomic.Int64
+}
+
+func (d *countingDriver[TTx]) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (TTx, bool, error) {
+	d.calls.Add(1)
+	return d.Driver.BeginClaim(ctx, p)
+}
+
+func (d *countingDriver[TTx]) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (TTx, []bool, error) {
+	d.calls.Add(1)
+	return d.Driver.BeginClaimBatch(ctx, p)
+}
+
+func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.ClaimParams) (bool, error) {
+	d.calls.Add(1)
+	return d.Driver.Claim(ctx, tx, p)
+}
+
+func (d *countingDriver[TTx]) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool, error) {
+	d.calls.Add(1)
+	return d.Driver.Forget(ctx, p)
+}

@@ -1,0 +1,90 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+)
+
+// Message is one delivery of an event, as a transport adapter hands it to
+// the client.
+type Message struct {
+	// ID is the producer's event id: the same for every delivery and every
+	// republish of the event. The client validates and canonicalises it
+	// according to Config.IDFormat before it is claimed. A transport adapter
+	// sets it with a KeyFunc; nothing in this module ever mints one.
+	ID string
+	// Payload is the message body.
+	Payload []byte
+	// Headers are the message's headers or attributes.
+	Headers map[string]string
+	// Source tells where the message came from. It is recorded with dead
+	// letters and logs and is never used as identity.
+	Source Source
+}
+
+// Source holds the transport coordinates of a delivery.
+type Source struct {
+	// Transport names the broker kind: "kafka", "sqs", "nats", "rabbitmq".
+	Transport string
+	// Queue is the topic, queue URL, stream subject or queue name.
+	Queue string
+	// Partition and Offset locate a Kafka record (or a stream sequence).
+	Partition int32
+	Offset    int64
+	// BrokerID is the broker's own id of this delivery, such as an SQS
+	// MessageId.
+	BrokerID string
+	// Key is the record key, if any.
+	Key []byte
+}
+
+// String formats s as a coordinate such as "kafka:orders/3@1207".
+func (s Source) String() string {
+	switch {
+	case s.BrokerID != "":
+		return fmt.Sprintf("%s:%s#%s", s.Transport, s.Queue, s.BrokerID)
+	case s.Transport == "":
+		return ""
+	default:
+		return fmt.Sprintf("%s:%s/%d@%d", s.Transport, s.Queue, s.Partition, s.Offset)
+	}
+}
+
+// Outcome is what processing a message did.
+type Outcome uint8
+
+const (
+	// Applied means the handler ran and its transaction, with the inbox
+	// row, committed. Ack the message.
+	Applied Outcome = iota + 1
+	// Duplicate means this consumer had already applied the message's id.
+	// The handler did not run. Ack the message.
+	Duplicate
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case Duplicate:
+		return "duplicate"
+	default:
+		return fmt.Sprintf("Outcome(%d)", uint8(o))
+	}
+}
+
+// Handler applies a message's side effects inside tx, the transaction that
+// holds the message's inbox row. It must do all its database work through tx
+// and must not commit or roll it back. An error rolls the transaction back;
+// wrap it with Permanent when retrying cannot help.
+type Handler[TTx any] interface {
+	Handle(ctx context.Context, tx TTx, msg Message) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc[TTx any] func(ctx context.Context, tx TTx, msg Message) error
+
+// Handle calls f.
+func (f HandlerFunc[TTx]) Handle(ctx context.Context, tx TTx, msg Message) error {
+	return f(ctx, tx, msg)
+}

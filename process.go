@@ -1,0 +1,125 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Process applies msg for consumer exactly once. In one transaction it:
+//
+//  1. claims msg.ID for consumer, as the first statement;
+//  2. calls h with the transaction, if the claim was new;
+//  3. commits.
+//
+// It returns Applied after the commit. It returns Duplicate, without calling
+// h, when consumer had already applied msg.ID; the transaction is rolled
+// back. Ack the message in both cases, and only then.
+//
+// On an error nothing was applied, unless the error wraps ErrUnavailable
+// from the commit, whose outcome is unknown. Do not ack: the redelivery is
+// either applied or found to be a Duplicate. Serialization failures and
+// deadlocks are retried first, as Config.MaxConflictRetries says.
+func (c *Client[TTx]) Process(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (Outcome, error) {
+	id, err := c.check(consumer, msg.ID)
+	if err != nil {
+		return 0, err
+	}
+	msg.ID = id
+	return c.processOne(ctx, consumer, msg, h)
+}
+
+func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (Outcome, error) {
+	tx, claimed, err := c.driver.BeginClaim(ctx, c.claimParams(consumer, msg.ID))
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", c.classify(err))
+	}
+	if !claimed {
+		c.rollback(ctx, tx)
+		return Duplicate, nil
+	}
+	if err := c.handle(ctx, h, tx, msg); err != nil {
+		c.rollback(ctx, tx)
+		return 0, err
+	}
+	if err := c.driver.Commit(ctx, tx); err != nil {
+		c.rollback(ctx, tx)
+		return 0, fmt.Errorf("commit: %w", c.classify(err))
+	}
+	return Applied, nil
+}
+
+// handle calls h, turning a panic into a PanicError.
+func (c *Client[TTx]) handle(ctx context.Context, h Handler[TTx], tx TTx, msg Message) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+			c.logger.ErrorContext(ctx, "inbox: handler panicked", "id", msg.ID, "panic", r)
+		}
+	}()
+	if err := h.Handle(ctx, tx, msg); err != nil {
+		return fmt.Errorf("handler: %w", c.classify(err))
+	}
+	return nil
+}
+
+// ProcessTx claims msg.ID for consumer inside tx, a transaction the caller
+// began, as Process does inside its own. It returns Applied when the claim
+// is new: do the work in tx, commit, then ack. It returns Duplicate when
+// consumer had already applied msg.ID: do not do the work; roll back (or
+// carry on with unrelated work) and ack.
+//
+// Make the claim the first statement of tx, so that a duplicate has changed
+// nothing when it finds the row. ProcessTx does not retry conflicts: the
+// transaction is the caller's to run again.
+func (c *Client[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, msg Message) (Outcome, error) {
+	id, err := c.check(consumer, msg.ID)
+	if err != nil {
+		return 0, err
+	}
+	claimed, err := c.driver.Claim(ctx, tx, c.claimParams(consumer, id))
+	if err != nil {
+		return 0, fmt.Errorf("inbox: claim %s/%s: %w", consumer, id, c.classify(err))
+	}
+	if !claimed {
+		return Duplicate, nil
+	}
+	return Applied, nil
+}
+
+// check validates consumer and returns id canonicalised.
+func (c *Client[TTx]) check(consumer, id string) (string, error) {
+	if err := ValidateConsumer(consumer); err != nil {
+		return "", err
+	}
+	canon, err := c.config.IDFormat.CanonicalID(id)
+	if err != nil {
+		return "", fmt.Errorf("inbox: consumer %s: %w", consumer, err)
+	}
+	return canon, nil
+}
+
+func (c *Client[TTx]) claimParams(consumer, id string) *inboxdriver.ClaimParams {
+	return &inboxdriver.ClaimParams{
+		Consumer:    consumer,
+		ID:          id,
+		Now:         c.config.Now(),
+		LockTimeout: c.config.LockTimeout,
+	}
+}
+
+// Key runs key on msg and canonicalises the id it returns, so that a
+// transport adapter can tell a message with no usable id before processing.
+func (c *Client[TTx]) Key(key KeyFunc, msg Message) (string, error) {
+	if key == nil {
+		return "", errors.New("inbox: no KeyFunc configured")
+	}
+	id, err := key(msg)
+	if err != nil {
+		return "", err
+	}
+	return c.config.IDFormat.CanonicalID(id)
+}

@@ -1,0 +1,140 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// PurgeParams say which inbox rows Purge deletes.
+type PurgeParams struct {
+	// OlderThan deletes the rows processed longer ago than this. It must not
+	// be shorter than Config.ReplayHorizon.
+	OlderThan time.Duration
+	// Consumer limits the purge to one consumer. Empty purges all.
+	Consumer string
+	// BatchSize bounds each DELETE. Defaults to Config.PurgeBatchSize.
+	BatchSize int
+	// DryRun counts the rows that would be deleted and deletes none.
+	DryRun bool
+	// Progress, if set, is called after each batch with the number of rows
+	// deleted so far.
+	Progress func(deleted int64)
+}
+
+// Purge deletes inbox rows older than p.OlderThan, with the effect-ledger
+// rows of the same messages, in batches of at most p.BatchSize, until a batch
+// comes back short. Each batch is its own short transaction that skips rows
+// locked by in-flight claims, so consumers keep claiming while it runs.
+//
+// Purge refuses, with ErrWindowTooShort, a window shorter than
+// Config.ReplayHorizon: inside the horizon a replayed message would look new
+// and be applied twice. It returns the number of rows deleted, or with
+// p.DryRun the number it would delete.
+func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	if p.OlderThan < c.config.ReplayHorizon {
+		return 0, fmt.Errorf("inbox: purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new: %w",
+			FormatDuration(p.OlderThan), FormatDuration(c.config.ReplayHorizon), ErrWindowTooShort)
+	}
+	if p.Consumer != "" {
+		if err := ValidateConsumer(p.Consumer); err != nil {
+			return 0, err
+		}
+	}
+	if p.BatchSize < 0 {
+		return 0, fmt.Errorf("inbox: purge: BatchSize must be positive, got %d", p.BatchSize)
+	}
+	if p.BatchSize == 0 {
+		p.BatchSize = c.config.PurgeBatchSize
+	}
+	params := &inboxdriver.PurgeParams{
+		Before:   c.config.Now().Add(-p.OlderThan),
+		Consumer: p.Consumer,
+		Limit:    p.BatchSize,
+	}
+	if p.DryRun {
+		n, err := c.driver.PurgeCount(ctx, params)
+		if err != nil {
+			return 0, fmt.Errorf("inbox: purge dry run: %w", c.classify(err))
+		}
+		return n, nil
+	}
+	var total int64
+	for {
+		n, err := c.driver.PurgeBatch(ctx, params)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, c.classify(err))
+		}
+		if p.Progress != nil {
+			p.Progress(total)
+		}
+		if n < int64(p.BatchSize) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, err)
+		}
+	}
+}
+
+// RunCleaner purges rows older than Config.Retention every
+// Config.CleanerInterval, starting at once, until ctx is done. It is opt-in:
+// run it in a goroutine of every process if you like, since a store-wide lock
+// lets only one of them purge at a time and the others skip their turn.
+// Errors are logged and the cleaner keeps going. It returns when ctx is done.
+func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
+	if c.config.Retention < c.config.ReplayHorizon {
+		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
+			FormatDuration(c.config.Retention), FormatDuration(c.config.ReplayHorizon), ErrWindowTooShort)
+	}
+	lockKey := "inbox-cleaner:" + c.driver.Tables().Schema + "." + c.driver.Tables().Inbox
+	ticker := time.NewTicker(c.config.CleanerInterval)
+	defer ticker.Stop()
+	for {
+		ran, err := c.driver.WithLock(ctx, lockKey, func(ctx context.Context) error {
+			n, err := c.Purge(ctx, PurgeParams{OlderThan: c.config.Retention})
+			if n > 0 || err != nil {
+				c.logger.InfoContext(ctx, "inbox: cleaner purged", "rows", n, "err", err)
+			}
+			return err
+		})
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err != nil:
+			c.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
+		case !ran:
+			c.logger.DebugContext(ctx, "inbox: cleaner skipped: another process holds the lock")
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
+}
+
+// FormatDuration formats d with days, as "14d" or "36h30m", for messages
+// about retention.
+func FormatDuration(d time.Duration) string {
+	const day = 24 * time.Hour
+	if d >= day && d%day == 0 {
+		return fmt.Sprintf("%dd", d/day)
+	}
+	if d >= day {
+		return fmt.Sprintf("%dd%s", d/day, trimZeroUnits((d % day).String()))
+	}
+	return trimZeroUnits(d.String())
+}
+
+func trimZeroUnits(s string) string {
+	for _, suffix := range []string{"0s", "0m"} {
+		if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix && (s[len(s)-len(suffix)-1] < '0' || s[len(s)-len(suffix)-1] > '9') {
+			s = s[:len(s)-len(suffix)]
+		}
+	}
+	return s
+}
