@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/fault"
 )
 
 // ErrNotAttempted is the result of the messages that ProcessBatchOrdered did
@@ -192,6 +193,11 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 			outcomes[i] = Duplicate
 			continue
 		}
+		if anyNew {
+			fault.Inject(ctx, fault.MidBatch)
+		} else {
+			fault.Inject(ctx, fault.AfterClaim)
+		}
 		anyNew = true
 		if err := c.handle(ctx, h, tx, m); err != nil {
 			c.rollback(ctx, tx)
@@ -203,10 +209,12 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 		c.rollback(ctx, tx)
 		return outcomes, nil
 	}
+	fault.Inject(ctx, fault.AfterEffectBeforeCommit)
 	if err := c.driver.Commit(ctx, tx); err != nil {
 		c.rollback(ctx, tx)
 		return nil, fmt.Errorf("commit: %w", c.classify(err))
 	}
+	fault.Inject(ctx, fault.AfterCommitBeforeAck)
 	return outcomes, nil
 }
 

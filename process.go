@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/fault"
 )
 
 // Process applies msg for consumer exactly once. In one transaction it:
@@ -41,14 +42,17 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		c.rollback(ctx, tx)
 		return Duplicate, nil
 	}
+	fault.Inject(ctx, fault.AfterClaim)
 	if err := c.handle(ctx, h, tx, msg); err != nil {
 		c.rollback(ctx, tx)
 		return 0, err
 	}
+	fault.Inject(ctx, fault.AfterEffectBeforeCommit)
 	if err := c.driver.Commit(ctx, tx); err != nil {
 		c.rollback(ctx, tx)
 		return 0, fmt.Errorf("commit: %w", c.classify(err))
 	}
+	fault.Inject(ctx, fault.AfterCommitBeforeAck)
 	return Applied, nil
 }
 

@@ -1,0 +1,57 @@
+package inboxcli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// durationFlag is a flag.Value for durations that also take days: "30d",
+// "1d12h", "36h".
+type durationFlag struct {
+	d   time.Duration
+	set bool
+}
+
+func (f *durationFlag) String() string {
+	if !f.set {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f *durationFlag) Set(s string) error {
+	d, err := parseDuration(s)
+	if err != nil {
+		return err
+	}
+	f.d, f.set = d, true
+	return nil
+}
+
+// parseDuration parses a Go duration with an optional leading number of
+// days.
+func parseDuration(s string) (time.Duration, error) {
+	orig := s
+	var days int64
+	if i := strings.IndexByte(s, 'd'); i > 0 {
+		n, err := strconv.ParseInt(s[:i], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q: want a form like 30d, 12h or 1d12h", orig)
+		}
+		days, s = n, s[i+1:]
+	}
+	var rest time.Duration
+	if s != "" {
+		var err error
+		rest, err = time.ParseDuration(s)
+		if err != nil {
+			return 0, fmt.Errorf("invalid duration %q: want a form like 30d, 12h or 1d12h", orig)
+		}
+	}
+	if days < 0 || rest < 0 || days > 100*365 {
+		return 0, fmt.Errorf("invalid duration %q: must be positive and under 100 years", orig)
+	}
+	return time.Duration(days)*24*time.Hour + rest, nil
+}

@@ -1,0 +1,213 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/txinbox/inbox"
+)
+
+func runPurge(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "purge", "purge --older-than DURATION [--batch N] [--dry-run] [flags]")
+	var sf storeFlags
+	sf.register(fs)
+	var olderThan durationFlag
+	horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+	fs.Var(&olderThan, "older-than", "delete rows processed longer ago than this: 30d, 36h, 1d12h (required)")
+	fs.Var(&horizon, "replay-horizon", "refuse a window shorter than this: the longest you will replay (default 14d)")
+	batch := fs.Int("batch", inbox.DefaultPurgeBatchSize, "rows per DELETE")
+	consumer := fs.String("consumer", "", "purge only this consumer's rows")
+	dryRun := fs.Bool("dry-run", false, "count the rows that would be deleted, and delete none")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	if !olderThan.set {
+		return usagef("--older-than is required")
+	}
+	if *batch <= 0 {
+		return usagef("--batch %d: must be positive", *batch)
+	}
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	c, err := s.newOps(&inbox.Config{ReplayHorizon: horizon.d, Retention: max(horizon.d, inbox.DefaultRetention)})
+	if err != nil {
+		return err
+	}
+	p := inbox.PurgeParams{OlderThan: olderThan.d, Consumer: *consumer, BatchSize: *batch}
+	window := inbox.FormatDuration(olderThan.d)
+	if *dryRun {
+		p.DryRun = true
+		n, err := c.Purge(ctx, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "would purge %d rows older than %s\n", n, window)
+		return nil
+	}
+	if isTerminal(e.Stdout) {
+		total, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: p.OlderThan, Consumer: p.Consumer, DryRun: true})
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		p.Progress = func(n int64) { drawProgress(e.Stdout, n, total, start) }
+	}
+	n, err := c.Purge(ctx, p)
+	if p.Progress != nil {
+		fmt.Fprintln(e.Stdout)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "purged %d rows older than %s\n", n, window)
+	return nil
+}
+
+// drawProgress redraws a one-line progress bar.
+func drawProgress(w io.Writer, done, total int64, start time.Time) {
+	const width = 30
+	frac := 1.0
+	if total > 0 {
+		frac = min(float64(done)/float64(total), 1)
+	}
+	filled := int(frac * width)
+	bar := make([]byte, width)
+	for i := range bar {
+		bar[i] = '.'
+		if i < filled {
+			bar[i] = '#'
+		}
+	}
+	rate := float64(done) / max(time.Since(start).Seconds(), 0.001)
+	fmt.Fprintf(w, "\r[%s] %d/%d rows %3.0f%% %.0f rows/s", bar, done, total, frac*100, rate)
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func runForget(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "forget", "forget --consumer C --id ID [flags]")
+	var sf storeFlags
+	sf.register(fs)
+	consumer := fs.String("consumer", "", "the consumer whose row to delete (required)")
+	id := fs.String("id", "", "the message id (required)")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	if *consumer == "" || *id == "" {
+		return usagef("--consumer and --id are required")
+	}
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	c, err := s.newOps(idFormatFor(&sf))
+	if err != nil {
+		return err
+	}
+	if err := c.Forget(ctx, *consumer, *id); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.Stdout, "forgot %s/%s: its next delivery applies again\n", *consumer, *id)
+	return nil
+}
+
+// idFormatFor is a client config that accepts the ids the store's column
+// holds.
+func idFormatFor(sf *storeFlags) *inbox.Config {
+	if sf.tables.IDType == "text" {
+		return &inbox.Config{IDFormat: inbox.IDFormatText}
+	}
+	return nil
+}
+
+// statsJSON is the contract of 'inbox stats --json'.
+type statsJSON struct {
+	Consumers []consumerJSON `json:"consumers"`
+	// TableBytes is the inbox table's size with its indexes, -1 if unknown.
+	TableBytes int64 `json:"table_bytes"`
+}
+
+type consumerJSON struct {
+	Consumer      string    `json:"consumer"`
+	Rows          int64     `json:"rows"`
+	Oldest        time.Time `json:"oldest"`
+	OldestAgeSecs float64   `json:"oldest_age_s"`
+	Newest        time.Time `json:"newest"`
+}
+
+func runStats(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "stats", "stats [--json] [flags]")
+	var sf storeFlags
+	sf.register(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	c, err := s.newOps(idFormatFor(&sf))
+	if err != nil {
+		return err
+	}
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	out := statsJSON{Consumers: []consumerJSON{}, TableBytes: st.TableBytes}
+	for _, cs := range st.Consumers {
+		out.Consumers = append(out.Consumers, consumerJSON{
+			Consumer: cs.Consumer, Rows: cs.Rows, Oldest: cs.Oldest.UTC(), Newest: cs.Newest.UTC(),
+			OldestAgeSecs: now.Sub(cs.Oldest).Seconds(),
+		})
+	}
+	if *asJSON {
+		return json.NewEncoder(e.Stdout).Encode(out)
+	}
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tROWS\tOLDEST\tNEWEST")
+	for _, cs := range out.Consumers {
+		fmt.Fprintf(tw, "%s\t%d\t%s ago\t%s ago\n", cs.Consumer, cs.Rows,
+			inbox.FormatDuration(now.Sub(cs.Oldest).Round(time.Second)), inbox.FormatDuration(now.Sub(cs.Newest).Round(time.Second)))
+	}
+	if len(out.Consumers) == 0 {
+		fmt.Fprintln(tw, "(no rows)\t\t\t")
+	}
+	tw.Flush()
+	fmt.Fprintf(e.Stdout, "table size: %s\n", formatBytes(st.TableBytes))
+	return nil
+}
+
+func formatBytes(n int64) string {
+	switch {
+	case n < 0:
+		return "unknown"
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	case n < 1<<30:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	}
+}

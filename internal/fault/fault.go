@@ -1,0 +1,113 @@
+// Package fault holds the named fault points that crash tests use. The
+// points are compiled into the real code path (the client's claim, commit
+// and batch loop, the transport adapters' ack) and are off by default: a
+// disarmed Inject is one atomic load.
+//
+// Two things arm them:
+//   - ArmFromEnv, which the chaos consumer calls, reads INBOX_FAULTS, a list
+//     such as "after-claim=0.02,after-commit-before-ack=0.05", and kills the
+//     process with SIGKILL at a point with that probability per hit;
+//   - WithHook, which in-process tests use to run a function at each point
+//     reached with the returned context.
+package fault
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Point names a place in the code path where a crash can be injected.
+type Point string
+
+// The fault points.
+const (
+	// AfterClaim is after a claim succeeded and before the handler runs.
+	AfterClaim Point = "after-claim"
+	// AfterEffectBeforeCommit is after the handler applied its side effect
+	// and before the commit.
+	AfterEffectBeforeCommit Point = "after-effect-before-commit"
+	// AfterCommitBeforeAck is after the commit and before the broker ack.
+	AfterCommitBeforeAck Point = "after-commit-before-ack"
+	// MidBatch is between two messages' handlers inside a batch.
+	MidBatch Point = "mid-batch"
+)
+
+// Points lists every fault point.
+var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch}
+
+var (
+	armed atomic.Bool
+	mu    sync.Mutex
+	env   map[Point]float64
+)
+
+type hookKey struct{}
+
+// Inject runs the armed action for p: the hook in ctx, or a crash chosen by
+// INBOX_FAULTS. It does nothing, at the cost of one atomic load, when
+// nothing is armed.
+func Inject(ctx context.Context, p Point) {
+	if !armed.Load() {
+		return
+	}
+	if h, ok := ctx.Value(hookKey{}).(func(Point)); ok {
+		h(p)
+	}
+	mu.Lock()
+	prob := env[p]
+	mu.Unlock()
+	if prob > 0 && rand.Float64() < prob {
+		fmt.Fprintf(os.Stderr, "fault: crashing at %s\n", p)
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL cannot be caught; wait for it.
+	}
+}
+
+// WithHook returns a context under which every fault point reached calls
+// h, and arms the fault points for the process.
+func WithHook(ctx context.Context, h func(Point)) context.Context {
+	armed.Store(true)
+	return context.WithValue(ctx, hookKey{}, h)
+}
+
+// ArmFromEnv arms the crashes that INBOX_FAULTS names. It returns an error
+// naming a malformed entry or an unknown point.
+func ArmFromEnv() error {
+	spec := os.Getenv("INBOX_FAULTS")
+	if spec == "" {
+		return nil
+	}
+	parsed := map[Point]float64{}
+	for _, part := range strings.Split(spec, ",") {
+		name, probText, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok {
+			return fmt.Errorf("INBOX_FAULTS: %q: want point=probability", part)
+		}
+		prob, err := strconv.ParseFloat(probText, 64)
+		if err != nil || prob < 0 || prob > 1 {
+			return fmt.Errorf("INBOX_FAULTS: %q: probability must be between 0 and 1", part)
+		}
+		known := false
+		for _, p := range Points {
+			if string(p) == name {
+				known = true
+			}
+		}
+		if !known {
+			return fmt.Errorf("INBOX_FAULTS: unknown fault point %q", name)
+		}
+		parsed[Point(name)] = prob
+	}
+	mu.Lock()
+	env = parsed
+	mu.Unlock()
+	armed.Store(true)
+	return nil
+}
