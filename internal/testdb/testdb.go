@@ -290,3 +290,34 @@ func freePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// SchemaPool creates a schema with a random name and returns a small pool
+// whose search_path is that schema, and a function that drops it. It is for
+// examples, which have no testing.TB; tests use Schema.
+func SchemaPool() (*pgxpool.Pool, string, func(), error) {
+	once.Do(setup)
+	if setupErr != nil {
+		return nil, "", nil, setupErr
+	}
+	ctx := context.Background()
+	name := "inbox_example_" + RandomSuffix()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	cfg.MaxConns = 4
+	cfg.ConnConfig.RuntimeParams["search_path"] = name
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if _, err := p.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{name}.Sanitize()); err != nil {
+		p.Close()
+		return nil, "", nil, err
+	}
+	drop := func() {
+		_, _ = p.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
+		p.Close()
+	}
+	return p, name, drop, nil
+}
