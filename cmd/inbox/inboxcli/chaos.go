@@ -1,0 +1,101 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"time"
+
+	"github.com/txinbox/inbox/internal/chaos"
+)
+
+func runChaos(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "chaos", "chaos [--transport kafka|sqs] [--duration 60s] [--events N] [--json] [flags]")
+	transport := fs.String("transport", "kafka", "kafka (kfake in process unless --brokers) or sqs (goaws in process unless --sqs-endpoint)")
+	brokers := fs.String("brokers", "", "a real Kafka cluster, host:port[,host:port]")
+	sqsEndpoint := fs.String("sqs-endpoint", "", "a real SQS endpoint URL")
+	databaseURL := fs.String("database-url", "", "the store: postgres://… (default: $DATABASE_URL, then the local test server)")
+	duration := durationFlag{d: chaos.DefaultDuration}
+	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same (default 1m0s)")
+	events := fs.Int("events", chaos.DefaultEvents, "distinct events to produce")
+	consumers := fs.Int("consumers", chaos.DefaultConsumers, "consumer processes in the group")
+	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
+	dups := fs.Float64("duplicates", chaos.DefaultDuplicates, "fraction of events the producer sends twice")
+	seed := fs.Uint64("seed", 0, "seed for the events and the fault schedule (0: random)")
+	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
+	verbose := fs.Bool("v", false, "log progress to stderr")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	url := *databaseURL
+	if url == "" {
+		url = e.Getenv("DATABASE_URL")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		self = e.Args0
+	}
+	var log io.Writer = io.Discard
+	if *verbose {
+		log = e.Stderr
+	}
+	res, err := chaos.Run(ctx, chaos.Config{
+		Transport: *transport, Brokers: *brokers, SQSEndpoint: *sqsEndpoint, DatabaseURL: url,
+		Consumers: *consumers, Events: *events, Accounts: *accounts, Duplicates: *dups,
+		Duration: duration.d, Seed: *seed, Log: log,
+		Command: func(args []string) *exec.Cmd {
+			return exec.Command(self, append([]string{"chaos-consumer"}, args...)...)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := json.NewEncoder(e.Stdout).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		printChaos(e.Stdout, res)
+	}
+	if !res.OK {
+		return errors.New("exactly-once violated or the run did not drain: see the result")
+	}
+	return nil
+}
+
+func printChaos(w io.Writer, r *chaos.Result) {
+	verdict := "OK: every event applied exactly once, nothing lost"
+	if !r.OK {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "%s over %s, %d events, seed %d, %s\n", r.Transport, r.Store, r.Events, r.Seed, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "  kills %d (", r.Kills)
+	points := make([]string, 0, len(r.KillsAt))
+	for p := range r.KillsAt {
+		points = append(points, p)
+	}
+	sort.Strings(points)
+	for i, p := range points {
+		if i > 0 {
+			fmt.Fprint(w, ", ")
+		}
+		fmt.Fprintf(w, "%s %d", p, r.KillsAt[p])
+	}
+	fmt.Fprintf(w, "), restarts %d, db kills %d, broker faults %d\n", r.Restarts, r.DBKills, r.BrokerFaults)
+	fmt.Fprintf(w, "  duplicates delivered %d, skipped %d\n", r.DuplicatesDelivered, r.DuplicatesSkipped)
+	fmt.Fprintf(w, "  double applied %d, lost %d, wrong balances %d, inbox rows %d of %d\n",
+		r.DoubleApplied, r.Lost, r.BalancesWrong, r.InboxRows, r.Events)
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "  problem: %s\n", p)
+	}
+	fmt.Fprintln(w, verdict)
+}
+
+func runChaosConsumer(ctx context.Context, e *Env, args []string) error {
+	return chaos.RunConsumer(ctx, args, e.Stdout, e.Stderr)
+}

@@ -1,0 +1,265 @@
+// Package chaos is the crash-safety proof behind 'inbox chaos'. It starts
+// consumer subprocesses that share one consumer group, produces events to
+// them (some twice, on purpose), kills the consumers with SIGKILL at the
+// fault points compiled into the real code path and at random times,
+// restarts them, terminates their database connections, and injects broker
+// errors where the transport allows. When the producer is done and the
+// consumers have drained, it checks that every event was applied exactly
+// once, that no event was lost, that every balance equals its expected sum,
+// and that the inbox holds exactly the distinct events.
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os/exec"
+	"time"
+
+	"github.com/txinbox/inbox/internal/fault"
+	"github.com/txinbox/inbox/internal/uuid"
+)
+
+// Defaults of the Config fields.
+const (
+	DefaultConsumers   = 3
+	DefaultEvents      = 3000
+	DefaultAccounts    = 50
+	DefaultDuplicates  = 0.05
+	DefaultDuration    = 60 * time.Second
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	// DefaultConsumerName is the inbox consumer that every process runs as.
+	DefaultConsumerName = "chaos-billing"
+)
+
+// Config configures a run.
+type Config struct {
+	// Transport is "kafka" (kfake in process by default) or "sqs" (goaws in
+	// process by default).
+	Transport string
+	// Brokers names a real Kafka cluster instead of kfake.
+	Brokers string
+	// SQSEndpoint names a real SQS (or compatible) endpoint instead of
+	// goaws; the queue is created there.
+	SQSEndpoint string
+	// DatabaseURL is the store: postgres://… or sqlite:PATH. Defaults to
+	// DefaultDatabaseURL.
+	DatabaseURL string
+	// Consumers is the number of consumer processes. Defaults to
+	// DefaultConsumers.
+	Consumers int
+	// Events is the number of distinct events. Defaults to DefaultEvents.
+	Events int
+	// Accounts is the number of accounts the events credit. Defaults to
+	// DefaultAccounts.
+	Accounts int
+	// Duplicates is the fraction of events the producer sends twice.
+	// Defaults to DefaultDuplicates.
+	Duplicates float64
+	// Duration bounds the chaos phase; the drain that follows is bounded
+	// by it too. Defaults to DefaultDuration.
+	Duration time.Duration
+	// Seed makes the event set and the fault schedule repeatable. Zero
+	// picks one.
+	Seed uint64
+	// Command returns the command that runs one consumer with args. The CLI
+	// runs its own binary with the hidden chaos-consumer command; tests
+	// run their test binary.
+	Command func(args []string) *exec.Cmd
+	// Log receives progress lines. Defaults to io.Discard.
+	Log io.Writer
+}
+
+// Result is the outcome of a run. Its JSON form is the contract of
+// 'inbox chaos --json'.
+type Result struct {
+	Transport           string `json:"transport"`
+	Store               string `json:"store"`
+	Events              int    `json:"events"`
+	Kills               int    `json:"kills"`
+	Restarts            int    `json:"restarts"`
+	DBKills             int    `json:"db_kills"`
+	DuplicatesDelivered int    `json:"duplicates_delivered"`
+	DuplicatesSkipped   int    `json:"duplicates_skipped"`
+	DoubleApplied       int    `json:"double_applied"`
+	Lost                int    `json:"lost"`
+	OK                  bool   `json:"ok"`
+
+	// Details, not part of the JSON contract.
+	KillsAt       map[string]int `json:"-"`
+	BrokerFaults  int            `json:"-"`
+	BalancesWrong int            `json:"-"`
+	InboxRows     int            `json:"-"`
+	Problems      []string       `json:"-"`
+	Elapsed       time.Duration  `json:"-"`
+	Seed          uint64         `json:"-"`
+}
+
+// event is one produced event.
+type event struct {
+	ID      string
+	Account int
+	Amount  int64
+	Twice   bool
+}
+
+func (c *Config) withDefaults() Config {
+	out := *c
+	if out.Transport == "" {
+		out.Transport = "kafka"
+	}
+	if out.DatabaseURL == "" {
+		out.DatabaseURL = DefaultDatabaseURL
+	}
+	if out.Consumers == 0 {
+		out.Consumers = DefaultConsumers
+	}
+	if out.Events == 0 {
+		out.Events = DefaultEvents
+	}
+	if out.Accounts == 0 {
+		out.Accounts = DefaultAccounts
+	}
+	if out.Duplicates == 0 {
+		out.Duplicates = DefaultDuplicates
+	}
+	if out.Duration == 0 {
+		out.Duration = DefaultDuration
+	}
+	if out.Seed == 0 {
+		out.Seed = rand.Uint64()
+	}
+	if out.Log == nil {
+		out.Log = io.Discard
+	}
+	return out
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Transport != "kafka" && c.Transport != "sqs":
+		return fmt.Errorf("chaos: transport %q: want kafka or sqs", c.Transport)
+	case c.Consumers < 1 || c.Consumers > 16:
+		return fmt.Errorf("chaos: consumers %d: want 1 to 16", c.Consumers)
+	case c.Events < 1 || c.Events > 1_000_000:
+		return fmt.Errorf("chaos: events %d: want 1 to 1,000,000", c.Events)
+	case c.Accounts < 1:
+		return fmt.Errorf("chaos: accounts %d: want at least 1", c.Accounts)
+	case c.Duplicates < 0 || c.Duplicates > 1:
+		return fmt.Errorf("chaos: duplicates %v: want a fraction between 0 and 1", c.Duplicates)
+	case c.Duration < 5*time.Second || c.Duration > 24*time.Hour:
+		return fmt.Errorf("chaos: duration %v: want 5s to 24h", c.Duration)
+	case c.Command == nil:
+		return errors.New("chaos: Config.Command is nil")
+	}
+	return nil
+}
+
+// makeEvents draws the events: random accounts and amounts, a fraction
+// marked to be produced twice. Ids are time-ordered UUIDs, as a producer
+// would mint them.
+func makeEvents(cfg *Config, r *rand.Rand) []event {
+	events := make([]event, cfg.Events)
+	t := time.Now()
+	for i := range events {
+		events[i] = event{
+			ID:      uuid.V7(t.Add(time.Duration(i) * time.Millisecond)),
+			Account: 1 + r.IntN(cfg.Accounts),
+			Amount:  1 + r.Int64N(1000),
+			Twice:   r.Float64() < cfg.Duplicates,
+		}
+	}
+	return events
+}
+
+// faultSpec is the INBOX_FAULTS value the consumers run with: each named
+// fault point kills the process with a small probability per hit.
+func faultSpec(perHit float64) string {
+	s := ""
+	for i, p := range fault.Points {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprintf("%s=%g", p, perHit)
+	}
+	return s
+}
+
+// Run runs the chaos test and returns its result. An error means the run
+// could not be carried out; a run that found a violation returns a Result
+// with OK false.
+func Run(ctx context.Context, config Config) (*Result, error) {
+	cfg := config.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	r := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	st, err := openStore(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer st.close()
+	if err := st.setup(ctx, cfg.Accounts); err != nil {
+		return nil, err
+	}
+	tr, err := newTransport(ctx, &cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer tr.close()
+
+	events := makeEvents(&cfg, r)
+	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{}}
+	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
+		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
+
+	sup := newSupervisor(&cfg, st, tr, res)
+	defer sup.stopAll()
+	if err := sup.startAll(ctx); err != nil {
+		return nil, err
+	}
+	produced := make(chan error, 1)
+	go func() { produced <- tr.produce(ctx, events, cfg.Duration/3, r.Uint64()) }()
+
+	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
+	defer endChaos()
+	var produceErr error
+	producing := true
+	sup.chaos(chaosCtx, r, func() bool {
+		if producing {
+			select {
+			case produceErr = <-produced:
+				producing = false
+			default:
+			}
+		}
+		return !producing && produceErr == nil && st.drained(ctx, len(events))
+	})
+	if producing {
+		produceErr = <-produced
+	}
+	if produceErr != nil {
+		return nil, fmt.Errorf("chaos: produce: %w", produceErr)
+	}
+	endChaos()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+
+	// Drain without faults, bounded.
+	fmt.Fprintf(cfg.Log, "chaos: draining without faults\n")
+	if err := sup.drain(ctx, cfg.Duration, func() bool { return st.drained(ctx, len(events)) }); err != nil {
+		res.Problems = append(res.Problems, err.Error())
+	}
+	sup.stopAll()
+	if err := st.check(ctx, events, res); err != nil {
+		return nil, err
+	}
+	res.Elapsed = time.Since(start)
+	res.OK = res.DoubleApplied == 0 && res.Lost == 0 && res.BalancesWrong == 0 &&
+		res.InboxRows == res.Events && len(res.Problems) == 0
+	return res, nil
+}

@@ -1,0 +1,179 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
+	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+// store is the database of a run, as the coordinator sees it.
+type store interface {
+	kind() string
+	// setup creates the inbox tables, the accounts and the effects log.
+	setup(ctx context.Context, accounts int) error
+	// consumerArgs tell a consumer process where the store is.
+	consumerArgs() []string
+	// drained reports whether every one of n events has been applied.
+	drained(ctx context.Context, n int) bool
+	// killConnections terminates some of the consumers' connections.
+	killConnections(ctx context.Context, r *rand.Rand) (int, error)
+	// check fills in res from what the store holds.
+	check(ctx context.Context, events []event, res *Result) error
+	close()
+}
+
+func openStore(ctx context.Context, cfg *Config) (store, error) {
+	switch {
+	case strings.HasPrefix(cfg.DatabaseURL, "postgres://"), strings.HasPrefix(cfg.DatabaseURL, "postgresql://"):
+		return openPostgres(ctx, cfg.DatabaseURL)
+	default:
+		return nil, fmt.Errorf("chaos: unsupported --database-url %q: want postgres://…", cfg.DatabaseURL)
+	}
+}
+
+// pgStore keeps a run's tables in a schema of their own, dropped at the end.
+type pgStore struct {
+	url    string
+	pool   *pgxpool.Pool
+	schema string
+}
+
+// appName tags the consumers' connections, so that the coordinator
+// terminates only theirs.
+func (s *pgStore) appName() string { return "inbox-chaos-" + s.schema }
+
+func openPostgres(ctx context.Context, url string) (*pgStore, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("chaos: cannot reach the database: %w", err)
+	}
+	return &pgStore{url: url, pool: pool, schema: "inbox_chaos_" + testdb.RandomSuffix()}, nil
+}
+
+func (s *pgStore) kind() string { return "postgres" }
+
+func (s *pgStore) table(name string) string { return pgx.Identifier{s.schema, name}.Sanitize() }
+
+func (s *pgStore) setup(ctx context.Context, accounts int) error {
+	if _, err := s.pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
+		return fmt.Errorf("chaos: create schema: %w", err)
+	}
+	d, err := inboxpgx.New(s.pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: s.schema}})
+	if err != nil {
+		return err
+	}
+	m, err := inboxmigrate.New(d)
+	if err != nil {
+		return err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return fmt.Errorf("chaos: migrate: %w", err)
+	}
+	_, err = s.pool.Exec(ctx, `CREATE TABLE `+s.table("accounts")+` (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0);
+CREATE TABLE `+s.table("effects")+` (consumer text NOT NULL, event_id uuid NOT NULL, account int NOT NULL, amount bigint NOT NULL, slot int NOT NULL);
+INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+fmt.Sprint(accounts)+`)`)
+	if err != nil {
+		return fmt.Errorf("chaos: create tables: %w", err)
+	}
+	return nil
+}
+
+func (s *pgStore) consumerArgs() []string {
+	return []string{"--database-url", s.url, "--schema", s.schema}
+}
+
+func (s *pgStore) drained(ctx context.Context, n int) bool {
+	var applied int
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+s.table("effects")).Scan(&applied)
+	return err == nil && applied >= n
+}
+
+func (s *pgStore) killConnections(ctx context.Context, r *rand.Rand) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+ WHERE application_name = $1 AND random() < $2`, s.appName(), 0.3+0.4*r.Float64()).Scan(&n)
+	return n, err
+}
+
+func (s *pgStore) check(ctx context.Context, events []event, res *Result) error {
+	applied := map[string]int{}
+	rows, err := s.pool.Query(ctx, `SELECT event_id::text, count(*) FROM `+s.table("effects")+` WHERE consumer = $1 GROUP BY event_id`, DefaultConsumerName)
+	if err != nil {
+		return fmt.Errorf("chaos: check: %w", err)
+	}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return err
+		}
+		applied[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	balances := map[int]int64{}
+	rows, err = s.pool.Query(ctx, `SELECT id, balance FROM `+s.table("accounts"))
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var id int
+		var b int64
+		if err := rows.Scan(&id, &b); err != nil {
+			return err
+		}
+		balances[id] = b
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.table("inbox")+` WHERE consumer_name = $1`, DefaultConsumerName).Scan(&res.InboxRows); err != nil {
+		return err
+	}
+	tally(events, applied, balances, res)
+	return nil
+}
+
+func (s *pgStore) close() {
+	_, _ = s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`)
+	s.pool.Close()
+}
+
+// tally compares what was applied with what was produced.
+func tally(events []event, applied map[string]int, balances map[int]int64, res *Result) {
+	want := map[int]int64{}
+	for _, e := range events {
+		want[e.Account] += e.Amount
+		switch n := applied[e.ID]; {
+		case n == 0:
+			res.Lost++
+		case n > 1:
+			res.DoubleApplied += n - 1
+		}
+	}
+	for acct, w := range want {
+		if balances[acct] != w {
+			res.BalancesWrong++
+		}
+	}
+	for acct, b := range balances {
+		if _, ok := want[acct]; !ok && b != 0 {
+			res.BalancesWrong++
+		}
+	}
+	res.DuplicatesDelivered = res.DuplicatesSkipped + res.DoubleApplied
+}
