@@ -179,7 +179,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 			c.logger.DebugContext(ctx, "inbox: effect already done; returning its stored result", "consumer", consumer, "id", id, "step", step)
 			return e.Result, nil
 		}
-		c.logger.WarnContext(ctx, "inbox: effect outcome unknown; parking the message", "consumer", consumer, "id", id, "step", step,
+		c.logger.WarnContext(ctx, "inbox: effect outcome unknown; not calling again", "consumer", consumer, "id", id, "step", step,
 			"attempts", e.Attempts, "started_at", e.StartedAt)
 		return nil, fmt.Errorf("inbox: effect %s: %w: attempt %d started at %s and was never recorded done, and the step is declared non-idempotent: check with the provider, then ResolveEffect",
 			where(), ErrUnknownOutcome, e.Attempts, e.StartedAt.UTC().Format(time.RFC3339))
