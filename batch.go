@@ -199,7 +199,7 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 			fault.Inject(ctx, fault.AfterClaim)
 		}
 		anyNew = true
-		if err := c.handle(ctx, h, tx, m); err != nil {
+		if err := c.handle(ctx, consumer, h, tx, m); err != nil {
 			c.rollback(ctx, tx)
 			return nil, &batchHandlerError{index: i, err: err}
 		}

@@ -19,17 +19,25 @@ const (
 	ReasonMalformedID = "malformed_id"
 	ReasonPermanent   = "permanent"
 	ReasonMaxAttempts = "max_attempts"
+	// ReasonUnknownOutcome is a message whose handler found a non-idempotent
+	// remote call started but never recorded done (ErrUnknownOutcome). A
+	// human checks with the provider, settles the step with
+	// Client.ResolveEffect, and replays the dead letter.
+	ReasonUnknownOutcome = "unknown_outcome"
 )
 
 // DeadLetterReason names the reason to store for a message that failed with
-// err and will not be retried: ReasonNoID, ReasonMalformedID or
-// ReasonPermanent, or ReasonMaxAttempts for any other error.
+// err and will not be retried: ReasonNoID, ReasonMalformedID,
+// ReasonUnknownOutcome or ReasonPermanent, or ReasonMaxAttempts for any
+// other error.
 func DeadLetterReason(err error) string {
 	switch {
 	case errors.Is(err, ErrNoMessageID):
 		return ReasonNoID
 	case errors.Is(err, ErrMalformedID):
 		return ReasonMalformedID
+	case errors.Is(err, ErrUnknownOutcome):
+		return ReasonUnknownOutcome
 	case IsPermanent(err):
 		return ReasonPermanent
 	default:

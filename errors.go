@@ -51,6 +51,26 @@ var (
 	// When it comes from a commit, the commit's outcome is unknown: do not
 	// ack, and let the redelivery find out.
 	ErrUnavailable = errors.New("inbox: store unavailable")
+
+	// ErrUnknownOutcome is returned by Client.Effect for a step declared
+	// NonIdempotent whose earlier attempt was recorded started but never
+	// done: the process died during or after the call, and whether the
+	// provider applied it cannot be known from here. Effect does not guess
+	// and does not call again. The error is permanent: adapters dead-letter
+	// the message at once with ReasonUnknownOutcome, for a human to check
+	// with the provider, settle the step with Client.ResolveEffect and
+	// replay the dead letter.
+	ErrUnknownOutcome = errors.New("inbox: outcome of a non-idempotent remote call is unknown")
+
+	// ErrInvalidStep is returned by Client.Effect, before any SQL runs, when
+	// a step name is empty, longer than MaxStepLen bytes, not printable
+	// UTF-8, or has surrounding white space.
+	ErrInvalidStep = errors.New("inbox: invalid effect step name")
+
+	// ErrEffectsUnsupported is returned by Client.Effect and the other
+	// effect-ledger methods when the client's driver keeps no effects ledger
+	// (it does not implement inboxdriver.EffectStore).
+	ErrEffectsUnsupported = errors.New("inbox: the store keeps no effects ledger")
 )
 
 // Permanent marks err as a failure that retrying cannot fix, such as a
@@ -75,20 +95,22 @@ func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
 func (e *PermanentError) Unwrap() error { return e.Err }
 
 // IsPermanent reports whether err, or an error it wraps, was marked with
-// Permanent, or says that the message has no usable id. Retrying such a
-// message cannot succeed.
+// Permanent, says that the message has no usable id, or is an
+// ErrUnknownOutcome that needs a human. Retrying such a message cannot
+// succeed.
 func IsPermanent(err error) bool {
 	var pe *PermanentError
 	return errors.As(err, &pe) ||
 		errors.Is(err, ErrNoMessageID) ||
-		errors.Is(err, ErrMalformedID)
+		errors.Is(err, ErrMalformedID) ||
+		errors.Is(err, ErrUnknownOutcome)
 }
 
 // IsRetryable reports whether a message that failed with err may succeed
 // when it is delivered again. It is false for nil, for permanent errors, for
-// an invalid consumer name and for a cancelled context.
+// an invalid consumer or step name and for a cancelled context.
 func IsRetryable(err error) bool {
-	if err == nil || IsPermanent(err) || errors.Is(err, ErrInvalidConsumer) {
+	if err == nil || IsPermanent(err) || errors.Is(err, ErrInvalidConsumer) || errors.Is(err, ErrInvalidStep) {
 		return false
 	}
 	return true

@@ -10,8 +10,11 @@ import (
 // Forget deletes consumer's inbox row for id, so that the next delivery of
 // that message is applied again. It is for a deliberate replay, such as
 // after fixing a handler that applied a message wrongly; the effect-ledger
-// rows of the message go with it. It returns an error wrapping ErrNotFound
-// when there is no such row.
+// rows of the message go with it, so its remote calls are made again, with
+// the same keys (a provider that honours them returns its first results).
+// To settle one remote call whose outcome is unknown, use ResolveEffect
+// instead. It returns an error wrapping ErrNotFound when there is neither
+// such a row nor a ledger entry of the message.
 func (c *Client[TTx]) Forget(ctx context.Context, consumer, id string) error {
 	canon, err := c.check(consumer, id)
 	if err != nil {

@@ -76,7 +76,9 @@ func (o Outcome) String() string {
 // Handler applies a message's side effects inside tx, the transaction that
 // holds the message's inbox row. It must do all its database work through tx
 // and must not commit or roll it back. An error rolls the transaction back;
-// wrap it with Permanent when retrying cannot help.
+// wrap it with Permanent when retrying cannot help. Side effects outside the
+// database, such as a call to a payment provider, go through Client.Effect
+// with the ctx the handler receives, which names the consumer.
 type Handler[TTx any] interface {
 	Handle(ctx context.Context, tx TTx, msg Message) error
 }

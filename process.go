@@ -43,7 +43,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		return Duplicate, nil
 	}
 	fault.Inject(ctx, fault.AfterClaim)
-	if err := c.handle(ctx, h, tx, msg); err != nil {
+	if err := c.handle(ctx, consumer, h, tx, msg); err != nil {
 		c.rollback(ctx, tx)
 		return 0, err
 	}
@@ -56,14 +56,16 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	return Applied, nil
 }
 
-// handle calls h, turning a panic into a PanicError.
-func (c *Client[TTx]) handle(ctx context.Context, h Handler[TTx], tx TTx, msg Message) (err error) {
+// handle calls h with a context that names consumer (for Client.Effect),
+// turning a panic into a PanicError.
+func (c *Client[TTx]) handle(ctx context.Context, consumer string, h Handler[TTx], tx TTx, msg Message) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
 			c.logger.ErrorContext(ctx, "inbox: handler panicked", "id", msg.ID, "panic", r)
 		}
 	}()
+	ctx = WithConsumer(ctx, consumer)
 	if err := h.Handle(ctx, tx, msg); err != nil {
 		return fmt.Errorf("handler: %w", c.classify(err))
 	}

@@ -79,7 +79,9 @@ type Admin interface {
 	PurgeCount(ctx context.Context, p *PurgeParams) (int64, error)
 
 	// Forget deletes the inbox row of one message, so that its next
-	// delivery applies again. It reports whether a row was deleted.
+	// delivery applies again, and the message's effect-ledger entries, if
+	// the store keeps the ledger (EffectStore). It reports whether any row
+	// was deleted.
 	Forget(ctx context.Context, p *ForgetParams) (bool, error)
 
 	// Stats reports the inbox's size.

@@ -166,6 +166,74 @@ var migrations = []migration{
 			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.DeadLetters)}
 		},
 	},
+	{
+		// The ledger of remote side effects (inbox.Client.Effect). The
+		// primary key serves every lookup; the second index finds stuck
+		// steps for 'inbox stats'.
+		version: 3,
+		name:    "effects",
+		up: func(s *schema) []string {
+			effects := s.table(s.t.Effects)
+			switch s.d {
+			case inboxdriver.DialectPostgres:
+				idType := "uuid"
+				if s.t.IDType == inboxdriver.IDTypeText {
+					idType = fmt.Sprintf("text CHECK (octet_length(message_id) BETWEEN 1 AND %d)", inboxdriver.MaxTextIDLen)
+				}
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + effects + ` (
+    consumer_name text        NOT NULL,
+    message_id    ` + idType + ` NOT NULL,
+    step          text        NOT NULL CHECK (octet_length(step) BETWEEN 1 AND ` + fmt.Sprint(inboxdriver.MaxStepLen) + `),
+    state         text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'failed', 'done')),
+    result        bytea,
+    attempts      integer     NOT NULL DEFAULT 1,
+    started_at    timestamptz NOT NULL,
+    done_at       timestamptz,
+    PRIMARY KEY (consumer_name, message_id, step)
+)`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, "started_idx") + ` ON ` + effects + ` (started_at) WHERE state = 'started'`,
+				}
+			case inboxdriver.DialectMySQL:
+				idType := "CHAR(36) CHARACTER SET ascii COLLATE ascii_bin"
+				if s.t.IDType == inboxdriver.IDTypeText {
+					idType = fmt.Sprintf("VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", inboxdriver.MaxTextIDLen)
+				}
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + effects + ` (
+    consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    message_id    ` + idType + ` NOT NULL,
+    step          VARCHAR(` + fmt.Sprint(inboxdriver.MaxStepLen) + `) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    state         VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'started',
+    result        LONGBLOB     NULL,
+    attempts      INT          NOT NULL DEFAULT 1,
+    started_at    DATETIME(6)  NOT NULL,
+    done_at       DATETIME(6)  NULL,
+    PRIMARY KEY (consumer_name, message_id, step),
+    KEY ` + s.index(s.t.Effects, "state_started_idx") + ` (state, started_at)
+) ENGINE=InnoDB`,
+				}
+			default: // SQLite: started_at and done_at are Unix time in microseconds.
+				return []string{
+					`CREATE TABLE IF NOT EXISTS ` + effects + ` (
+    consumer_name TEXT    NOT NULL,
+    message_id    TEXT    NOT NULL,
+    step          TEXT    NOT NULL,
+    state         TEXT    NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'failed', 'done')),
+    result        BLOB,
+    attempts      INTEGER NOT NULL DEFAULT 1,
+    started_at    INTEGER NOT NULL,
+    done_at       INTEGER,
+    PRIMARY KEY (consumer_name, message_id, step)
+) WITHOUT ROWID`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, "state_started_idx") + ` ON ` + s.ident(s.t.Effects) + ` (state, started_at)`,
+				}
+			}
+		},
+		down: func(s *schema) []string {
+			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Effects)}
+		},
+	},
 }
 
 // versionTable renders the statements that create the table of applied

@@ -44,13 +44,12 @@ func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	return inboxdriver.ClassOther
 }
 
-// PurgeBatch implements inboxdriver.Admin.
+// PurgeBatch implements inboxdriver.Admin. One statement deletes the inbox
+// rows and their effect-ledger entries.
 func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
-	ct, err := d.pool.Exec(ctx, d.q.purge, p.Before, p.Consumer, p.Limit)
-	if err != nil {
-		return 0, err
-	}
-	return ct.RowsAffected(), nil
+	var n int64
+	err := d.pool.QueryRow(ctx, d.q.purge, p.Before, p.Consumer, p.Limit).Scan(&n)
+	return n, err
 }
 
 // PurgeCount implements inboxdriver.Admin.
@@ -60,13 +59,14 @@ func (d *Driver) PurgeCount(ctx context.Context, p *inboxdriver.PurgeParams) (in
 	return n, err
 }
 
-// Forget implements inboxdriver.Admin.
+// Forget implements inboxdriver.Admin. One statement deletes the inbox row
+// and the message's effect-ledger entries.
 func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool, error) {
-	ct, err := d.pool.Exec(ctx, d.q.forget, p.Consumer, p.ID)
-	if err != nil {
+	var n int64
+	if err := d.pool.QueryRow(ctx, d.q.forget, p.Consumer, p.ID).Scan(&n); err != nil {
 		return false, err
 	}
-	return ct.RowsAffected() > 0, nil
+	return n > 0, nil
 }
 
 // Stats implements inboxdriver.Admin.

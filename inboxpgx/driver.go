@@ -14,6 +14,14 @@
 // Duplicate; when the first rolls back, the second claims and applies. The
 // wait is bounded by the client's LockTimeout, after which the claim fails
 // with inbox.ErrLockTimeout.
+//
+// # Effects ledger
+//
+// The driver keeps the ledger of remote side effects (inbox.Client.Effect)
+// in the effects table: it implements inboxdriver.EffectStore. Each ledger
+// write commits on its own connection while the handler's transaction holds
+// another, so a pool serving N concurrent handlers that use Effect needs
+// more than N connections.
 package inboxpgx
 
 import (

@@ -67,5 +67,6 @@ func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
 func TestConformance(t *testing.T) {
 	t.Run("pgx", func(t *testing.T) {
 		inboxtest.Exercise(t, newStore)
+		inboxtest.ExerciseEffects(t, newStore)
 	})
 }

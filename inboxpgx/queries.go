@@ -12,16 +12,23 @@ type queries struct {
 	deadLetter               string
 	deadLetters, deadLetter1 string
 	deadLetterDelete         string
+
+	effectInsert, effectLock, effectRestart string
+	effectDone, effectFailed, effectResolve string
+	effectList                              string
 }
 
 func newQueries(t inboxdriver.Tables) queries {
 	pg := inboxdriver.DialectPostgres
 	inbox := t.Qualify(pg, t.Inbox)
 	dl := t.Qualify(pg, t.DeadLetters)
-	idArray := "uuid[]"
+	effects := t.Qualify(pg, t.Effects)
+	idType, idArray := "uuid", "uuid[]"
 	if t.IDType == inboxdriver.IDTypeText {
-		idArray = "text[]"
+		idType, idArray = "text", "text[]"
 	}
+	const effectKey = `consumer_name = $1 AND message_id = $2 AND step = $3`
+	const effectCols = `consumer_name, message_id::text, step, state, result, attempts, started_at, done_at`
 	const dlCols = `id, consumer_name, dedup_key, coalesce(message_id, ''), transport, queue, source_partition,
        source_offset, broker_id, record_key, headers, payload, reason, error_text, attempts, first_seen_at, last_seen_at`
 	return queries{
@@ -34,13 +41,27 @@ SELECT $1, id, $3 FROM unnest($2::` + idArray + `) AS u(id)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id::text`,
 		// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple id.
-		purge: `DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM ` + inbox + `
-     WHERE processed_at < $1 AND ($2 = '' OR consumer_name = $2)
-     LIMIT $3
-       FOR UPDATE SKIP LOCKED))`,
+		// The effect-ledger entries of the purged messages go in the same
+		// statement.
+		purge: `WITH purged AS (
+    DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM ` + inbox + `
+         WHERE processed_at < $1 AND ($2 = '' OR consumer_name = $2)
+         LIMIT $3
+           FOR UPDATE SKIP LOCKED))
+    RETURNING consumer_name, message_id
+), effects AS (
+    DELETE FROM ` + effects + ` AS e USING purged AS p
+     WHERE e.consumer_name = p.consumer_name AND e.message_id = p.message_id
+)
+SELECT count(*) FROM purged`,
 		purgeCount: `SELECT count(*) FROM ` + inbox + ` WHERE processed_at < $1 AND ($2 = '' OR consumer_name = $2)`,
-		forget:     `DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2`,
+		forget: `WITH effects AS (
+    DELETE FROM ` + effects + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
+), forgotten AS (
+    DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
+)
+SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`,
 		stats: `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`,
 		tableSize: `SELECT pg_total_relation_size($1::regclass)`,
@@ -55,5 +76,25 @@ ON CONFLICT (consumer_name, dedup_key) DO UPDATE
  WHERE ($1 = '' OR consumer_name = $1) ORDER BY last_seen_at DESC, id DESC LIMIT $2`,
 		deadLetter1:      `SELECT ` + dlCols + ` FROM ` + dl + ` WHERE id = $1`,
 		deadLetterDelete: `DELETE FROM ` + dl + ` WHERE id = $1`,
+
+		effectInsert: `INSERT INTO ` + effects + ` (consumer_name, message_id, step, state, attempts, started_at)
+VALUES ($1, $2, $3, 'started', 1, $4)
+ON CONFLICT (consumer_name, message_id, step) DO NOTHING`,
+		effectLock:    `SELECT ` + effectCols + ` FROM ` + effects + ` WHERE ` + effectKey + ` FOR UPDATE`,
+		effectRestart: `UPDATE ` + effects + ` SET state = 'started', attempts = attempts + 1, started_at = $4 WHERE ` + effectKey + ` RETURNING attempts`,
+		effectDone:    `UPDATE ` + effects + ` SET state = 'done', result = $4, done_at = $5 WHERE ` + effectKey + ` AND state = 'started'`,
+		effectFailed:  `UPDATE ` + effects + ` SET state = 'failed' WHERE ` + effectKey + ` AND state = 'started'`,
+		effectResolve: `UPDATE ` + effects + `
+   SET state = $4,
+       result = CASE WHEN $4 = 'done' THEN $5::bytea END,
+       done_at = CASE WHEN $4 = 'done' THEN $6::timestamptz END
+ WHERE ` + effectKey + ` AND state = 'started'`,
+		effectList: `SELECT ` + effectCols + ` FROM ` + effects + `
+ WHERE ($1 = '' OR consumer_name = $1)
+   AND ($2::text IS NULL OR message_id = CAST($2::text AS ` + idType + `))
+   AND ($3 = '' OR state = $3)
+   AND ($4::timestamptz IS NULL OR started_at < $4)
+ ORDER BY started_at, consumer_name, message_id, step
+ LIMIT $5`,
 	}
 }

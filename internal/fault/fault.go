@@ -37,10 +37,16 @@ const (
 	AfterCommitBeforeAck Point = "after-commit-before-ack"
 	// MidBatch is between two messages' handlers inside a batch.
 	MidBatch Point = "mid-batch"
+	// EffectAfterStarted is inside Client.Effect, after the step was
+	// recorded started (and committed) and before the remote call.
+	EffectAfterStarted Point = "effect-after-started"
+	// EffectAfterCall is inside Client.Effect, after the remote call
+	// returned its result and before the step is recorded done.
+	EffectAfterCall Point = "effect-after-call"
 )
 
 // Points lists every fault point.
-var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch}
+var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch, EffectAfterStarted, EffectAfterCall}
 
 var (
 	armed atomic.Bool

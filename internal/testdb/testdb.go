@@ -78,6 +78,14 @@ func URL(t testing.TB) string {
 	return url
 }
 
+// URLOrError returns the URL of the test server, starting a throwaway
+// cluster if need be, or why there is none. It is for examples, which have
+// no testing.TB to skip or fail.
+func URLOrError() (string, error) {
+	once.Do(setup)
+	return url, setupErr
+}
+
 func setup() {
 	explicit := os.Getenv("TEST_DATABASE_URL")
 	if os.Getenv("TEST_POSTGRES") != "throwaway" {

@@ -141,7 +141,32 @@ type statsJSON struct {
 	Consumers []consumerJSON `json:"consumers"`
 	// TableBytes is the inbox table's size with its indexes, -1 if unknown.
 	TableBytes int64 `json:"table_bytes"`
+	// StuckAfterSecs is the --stuck-after threshold.
+	StuckAfterSecs float64 `json:"stuck_after_s"`
+	// StuckEffects are the effect steps started before the threshold and
+	// never recorded done, oldest first, at most stuckEffectsLimit.
+	StuckEffects []stuckEffectJSON `json:"stuck_effects"`
+	// StuckEffectsMore is true when there are more than those listed.
+	StuckEffectsMore bool `json:"stuck_effects_more"`
+	// StuckEffectsError says why the ledger could not be read, if it
+	// could not (a store without a ledger, a schema not migrated to 003).
+	StuckEffectsError string `json:"stuck_effects_error,omitempty"`
 }
+
+type stuckEffectJSON struct {
+	Consumer       string    `json:"consumer"`
+	MessageID      string    `json:"message_id"`
+	Step           string    `json:"step"`
+	Attempts       int       `json:"attempts"`
+	StartedAt      time.Time `json:"started_at"`
+	StartedAgeSecs float64   `json:"started_age_s"`
+}
+
+// defaultStuckAfter is the default of 'inbox stats --stuck-after'.
+const defaultStuckAfter = 5 * time.Minute
+
+// stuckEffectsLimit bounds the stuck steps 'inbox stats' lists.
+const stuckEffectsLimit = 50
 
 type consumerJSON struct {
 	Consumer      string    `json:"consumer"`
@@ -152,10 +177,12 @@ type consumerJSON struct {
 }
 
 func runStats(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "stats", "stats [--json] [flags]")
+	fs := newFlags(e, "stats", "stats [--json] [--stuck-after DURATION] [flags]")
 	var sf storeFlags
 	sf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	stuckAfter := durationFlag{d: defaultStuckAfter}
+	fs.Var(&stuckAfter, "stuck-after", "list remote-effect steps started longer ago than this and never recorded done (default 5m)")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -173,11 +200,27 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 		return err
 	}
 	now := time.Now()
-	out := statsJSON{Consumers: []consumerJSON{}, TableBytes: st.TableBytes}
+	out := statsJSON{Consumers: []consumerJSON{}, TableBytes: st.TableBytes,
+		StuckAfterSecs: stuckAfter.d.Seconds(), StuckEffects: []stuckEffectJSON{}}
 	for _, cs := range st.Consumers {
 		out.Consumers = append(out.Consumers, consumerJSON{
 			Consumer: cs.Consumer, Rows: cs.Rows, Oldest: cs.Oldest.UTC(), Newest: cs.Newest.UTC(),
 			OldestAgeSecs: now.Sub(cs.Oldest).Seconds(),
+		})
+	}
+	stuck, err := c.ListEffects(ctx, inbox.ListEffectsParams{
+		State: inbox.EffectStarted, StartedBefore: now.Add(-stuckAfter.d), Limit: stuckEffectsLimit + 1,
+	})
+	if err != nil {
+		out.StuckEffectsError = oneLine(err.Error())
+	}
+	if len(stuck) > stuckEffectsLimit {
+		stuck, out.StuckEffectsMore = stuck[:stuckEffectsLimit], true
+	}
+	for _, se := range stuck {
+		out.StuckEffects = append(out.StuckEffects, stuckEffectJSON{
+			Consumer: se.Consumer, MessageID: se.MessageID, Step: se.Step, Attempts: se.Attempts,
+			StartedAt: se.StartedAt.UTC(), StartedAgeSecs: now.Sub(se.StartedAt).Seconds(),
 		})
 	}
 	if *asJSON {
@@ -194,7 +237,36 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(e.Stdout, "table size: %s\n", formatBytes(st.TableBytes))
+	printStuckEffects(e.Stdout, &out, stuckAfter.d, now)
 	return nil
+}
+
+// printStuckEffects lists the effect steps that started before the
+// threshold and were never recorded done: a process died during or after
+// the call, or the message is parked with an unknown outcome.
+func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now time.Time) {
+	fmt.Fprintf(w, "\nremote effects started over %s ago and never done: ", inbox.FormatDuration(after))
+	switch {
+	case out.StuckEffectsError != "":
+		fmt.Fprintf(w, "unknown (%s)\n", out.StuckEffectsError)
+		return
+	case len(out.StuckEffects) == 0:
+		fmt.Fprintln(w, "none")
+		return
+	case out.StuckEffectsMore:
+		fmt.Fprintf(w, "more than %d; the oldest:\n", len(out.StuckEffects))
+	default:
+		fmt.Fprintf(w, "%d\n", len(out.StuckEffects))
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONSUMER\tMESSAGE ID\tSTEP\tATTEMPTS\tSTARTED")
+	for _, se := range out.StuckEffects {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\n", se.Consumer, se.MessageID, se.Step, se.Attempts,
+			inbox.FormatDuration(now.Sub(se.StartedAt).Round(time.Second)))
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "A step declared non-idempotent parks its message (dead letter reason unknown_outcome):")
+	fmt.Fprintln(w, "check with the provider, settle it with inbox.Client.ResolveEffect, then replay the dead letter.")
 }
 
 func formatBytes(n int64) string {

@@ -35,6 +35,7 @@ type ops interface {
 	Purge(ctx context.Context, p inbox.PurgeParams) (int64, error)
 	Forget(ctx context.Context, consumer, id string) error
 	Stats(ctx context.Context) (*inbox.Stats, error)
+	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inbox.EffectEntry, error)
 	Config() inbox.Config
 }
 

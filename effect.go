@@ -1,0 +1,334 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/fault"
+)
+
+// EffectFunc performs one remote call, such as a card capture, and returns
+// its result, such as the provider's capture id, for the effects ledger to
+// keep. It must send key as the provider's idempotency key. ctx carries the
+// key too, for IdempotencyTransport.
+//
+// An error means the outcome is unknown (a timeout, a 5xx, a broken
+// connection): the step stays started. Wrap the error with NoEffect when
+// the call certainly did not take effect, such as a connection refused or a
+// 4xx that the provider documents as changing nothing.
+type EffectFunc func(ctx context.Context, key string) ([]byte, error)
+
+// EffectOpts are the options of one step of Client.Effect. The zero value,
+// and nil, declare a provider that honours the idempotency key.
+type EffectOpts struct {
+	// NonIdempotent declares that the provider does not honour the
+	// idempotency key: calling it twice may apply the effect twice. A step
+	// found started but never done is then not called again: Effect returns
+	// ErrUnknownOutcome, and the message is parked in the dead-letter store
+	// for a human. Defaults to false: the provider deduplicates by key, so
+	// such a step is called again with the same key.
+	NonIdempotent bool
+}
+
+// EffectEntry is one entry of the effects ledger.
+type EffectEntry = inboxdriver.EffectEntry
+
+// EffectState is the state of a ledger entry.
+type EffectState = inboxdriver.EffectState
+
+// The states of a ledger entry.
+const (
+	// EffectStarted is a step recorded before its call, whose result was
+	// not recorded: the call may or may not have taken effect.
+	EffectStarted = inboxdriver.EffectStarted
+	// EffectFailed is a step whose latest attempt certainly did not take
+	// effect (NoEffect, or an operator's resolution). It may be called again.
+	EffectFailed = inboxdriver.EffectFailed
+	// EffectDone is a step whose call took effect and whose result is
+	// stored. It is never called again.
+	EffectDone = inboxdriver.EffectDone
+)
+
+// MaxStepLen is the longest step name, in bytes.
+const MaxStepLen = inboxdriver.MaxStepLen
+
+type consumerKey struct{}
+
+type effectKeyKey struct{}
+
+// WithConsumer returns a context that names consumer, for Client.Effect.
+// Process, ProcessBatch and ProcessBatchOrdered already pass such a context
+// to the handler; use WithConsumer with ProcessTx, where the caller runs the
+// transaction.
+func WithConsumer(ctx context.Context, consumer string) context.Context {
+	return context.WithValue(ctx, consumerKey{}, consumer)
+}
+
+// ConsumerFromContext returns the consumer that ctx names, as the context
+// that Process passes to a handler does.
+func ConsumerFromContext(ctx context.Context) (string, bool) {
+	c, ok := ctx.Value(consumerKey{}).(string)
+	return c, ok
+}
+
+// EffectKeyFromContext returns the idempotency key of the call that ctx
+// belongs to, as the context that Client.Effect passes to an EffectFunc
+// does.
+func EffectKeyFromContext(ctx context.Context) (string, bool) {
+	k, ok := ctx.Value(effectKeyKey{}).(string)
+	return k, ok
+}
+
+// NoEffect marks an error returned by an EffectFunc as a failure that
+// certainly did not take effect at the provider: the request was never
+// sent, or the provider rejected it before acting. Effect then records the
+// attempt as failed, so that a later attempt calls again even when the step
+// is NonIdempotent. Any other error leaves the outcome unknown.
+// NoEffect(nil) is nil.
+func NoEffect(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &NoEffectError{Err: err}
+}
+
+// NoEffectError is the error NoEffect returns.
+type NoEffectError struct {
+	Err error
+}
+
+func (e *NoEffectError) Error() string { return "no effect: " + e.Err.Error() }
+
+// Unwrap returns the wrapped error.
+func (e *NoEffectError) Unwrap() error { return e.Err }
+
+// Effect performs a remote side effect that the database cannot roll back,
+// such as a card capture or an email, at most once per consumer, message
+// and step as far as the provider allows, and returns its result. Call it
+// from a handler, with the handler's ctx (which names the consumer) and
+// message:
+//
+//	capture, err := client.Effect(ctx, msg, "capture", func(ctx context.Context, key string) ([]byte, error) {
+//		return payments.Capture(ctx, order, key) // key as the Idempotency-Key
+//	}, nil)
+//
+// It works in three steps, each committed on its own, outside the
+// handler's transaction, so that they survive its rollback:
+//
+//  1. It records the step as started. If the step is already done, from an
+//     earlier delivery whose transaction did not commit, it returns the
+//     stored result and does not call fn.
+//  2. It calls fn with the step's key, EffectKey(consumer, msg.ID, step).
+//  3. It records the step as done, with fn's result, so that a redelivery
+//     does not call the provider again.
+//
+// A step found started but not done means an earlier attempt died during or
+// after its call. Unless opts declare the step NonIdempotent, fn is called
+// again with the same key, and the provider returns its original result.
+// For a NonIdempotent step, Effect does not guess: it returns an error
+// wrapping ErrUnknownOutcome, which is permanent, and the message goes to
+// the dead-letter store with ReasonUnknownOutcome.
+//
+// The inbox row is the local skip and the provider's key the remote skip:
+// once the handler's transaction commits, the message is a Duplicate and
+// Effect is not reached again.
+//
+// The ledger's writes use a connection of their own while the handler's
+// transaction holds one: give the store's pool more connections than the
+// handlers that run at once, or Effect waits for one until ctx is done.
+//
+// Effect returns an error wrapping ErrInvalidConsumer when ctx names no
+// consumer, ErrInvalidStep for a bad step name, ErrEffectsUnsupported when
+// the store keeps no ledger, and fn's error, wrapped, when the call fails.
+func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn EffectFunc, opts *EffectOpts) ([]byte, error) {
+	consumer, ok := ConsumerFromContext(ctx)
+	if !ok {
+		return nil, fmt.Errorf("%w: Effect needs the consumer: call it with the context Process passes to the handler, or wrap ctx with WithConsumer", ErrInvalidConsumer)
+	}
+	id, err := c.check(consumer, msg.ID)
+	if err != nil {
+		return nil, err
+	}
+	if err := validateStep(step); err != nil {
+		return nil, err
+	}
+	if fn == nil {
+		return nil, fmt.Errorf("inbox: effect %s/%s/%s: fn is nil", consumer, id, step)
+	}
+	if opts == nil {
+		opts = &EffectOpts{}
+	}
+	store, err := c.effectStore()
+	if err != nil {
+		return nil, err
+	}
+	where := func() string { return consumer + "/" + id + "/" + step }
+	k := inboxdriver.EffectKeyParams{Consumer: consumer, ID: id, Step: step}
+
+	e, started, err := store.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
+		EffectKeyParams: k, Now: c.config.Now(), RetryStarted: !opts.NonIdempotent,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err))
+	}
+	if !started {
+		if e.State == EffectDone {
+			c.logger.DebugContext(ctx, "inbox: effect already done; returning its stored result", "consumer", consumer, "id", id, "step", step)
+			return e.Result, nil
+		}
+		c.logger.WarnContext(ctx, "inbox: effect outcome unknown; not calling again", "consumer", consumer, "id", id, "step", step,
+			"attempts", e.Attempts, "started_at", e.StartedAt)
+		return nil, fmt.Errorf("inbox: effect %s: %w: attempt %d started at %s and was never recorded done, and the step is declared non-idempotent: check with the provider, then ResolveEffect",
+			where(), ErrUnknownOutcome, e.Attempts, e.StartedAt.UTC().Format(time.RFC3339))
+	}
+	if e.Attempts > 1 {
+		c.logger.InfoContext(ctx, "inbox: calling an effect again with the same key", "consumer", consumer, "id", id, "step", step, "attempt", e.Attempts)
+	}
+	fault.Inject(ctx, fault.EffectAfterStarted)
+
+	key := EffectKey(consumer, id, step)
+	result, callErr := fn(context.WithValue(ctx, effectKeyKey{}, key), key)
+
+	// The call has happened: record its outcome even if ctx was cancelled
+	// meanwhile, or a redelivery would find the step started.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ledgerWriteTimeout)
+	defer cancel()
+	if callErr != nil {
+		var ne *NoEffectError
+		if errors.As(callErr, &ne) {
+			if _, err := store.EffectFailed(wctx, &k); err != nil {
+				return nil, errors.Join(fmt.Errorf("inbox: effect %s: call: %w", where(), callErr),
+					fmt.Errorf("record failed: %w", c.classify(err)))
+			}
+		}
+		return nil, fmt.Errorf("inbox: effect %s: call: %w", where(), callErr)
+	}
+	fault.Inject(ctx, fault.EffectAfterCall)
+	ok, err = store.EffectDone(wctx, &inboxdriver.EffectDoneParams{EffectKeyParams: k, Result: result, Now: c.config.Now()})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.classify(err))
+	}
+	if !ok {
+		return nil, fmt.Errorf("inbox: effect %s: the call succeeded, but its ledger entry was forgotten, purged or resolved while it ran", where())
+	}
+	return result, nil
+}
+
+// ledgerWriteTimeout bounds the ledger write that follows a call.
+const ledgerWriteTimeout = 10 * time.Second
+
+func (c *Client[TTx]) effectStore() (inboxdriver.EffectStore, error) {
+	store, ok := c.driver.(inboxdriver.EffectStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T does not implement inboxdriver.EffectStore", ErrEffectsUnsupported, c.driver)
+	}
+	return store, nil
+}
+
+func validateStep(step string) error {
+	if step == "" {
+		return fmt.Errorf("%w: empty", ErrInvalidStep)
+	}
+	if err := checkText(step, MaxStepLen); err != nil {
+		return fmt.Errorf("%w: %q: %s", ErrInvalidStep, clip(step), err)
+	}
+	return nil
+}
+
+// ListEffectsParams filter ListEffects. Zero fields do not filter.
+type ListEffectsParams struct {
+	Consumer string
+	// MessageID lists the steps of one message.
+	MessageID string
+	State     EffectState
+	// StartedBefore keeps the entries whose latest attempt started before
+	// it. With State EffectStarted, it finds stuck steps: calls that
+	// started long ago and were never recorded done.
+	StartedBefore time.Time
+	// Limit bounds the list. Defaults to 100.
+	Limit int
+}
+
+// ListEffects lists entries of the effects ledger, oldest start first.
+func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*EffectEntry, error) {
+	store, err := c.effectStore()
+	if err != nil {
+		return nil, err
+	}
+	lp := &inboxdriver.EffectListParams{Consumer: p.Consumer, State: p.State, StartedBefore: p.StartedBefore, Limit: p.Limit}
+	if lp.Limit <= 0 {
+		lp.Limit = 100
+	}
+	if p.Consumer != "" {
+		if err := ValidateConsumer(p.Consumer); err != nil {
+			return nil, err
+		}
+	}
+	if p.MessageID != "" {
+		if lp.ID, err = c.config.IDFormat.CanonicalID(p.MessageID); err != nil {
+			return nil, fmt.Errorf("inbox: list effects: %w", err)
+		}
+	}
+	switch p.State {
+	case "", EffectStarted, EffectFailed, EffectDone:
+	default:
+		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, EffectStarted, EffectFailed, EffectDone)
+	}
+	es, err := store.EffectList(ctx, lp)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: list effects: %w", c.classify(err))
+	}
+	return es, nil
+}
+
+// ResolveEffectParams settle a step whose outcome is unknown.
+type ResolveEffectParams struct {
+	Consumer  string
+	MessageID string
+	Step      string
+	// State is EffectDone when the provider shows that the call took
+	// effect: the next attempt returns Result without calling. It is
+	// EffectFailed when the provider shows that it did not: the next
+	// attempt calls again.
+	State EffectState
+	// Result is the result to store with EffectDone, as the call would
+	// have returned it.
+	Result []byte
+}
+
+// ResolveEffect settles, for an operator, a step left started, such as one
+// that parked its message with ErrUnknownOutcome. Check with the provider
+// first; then replay the message's dead letter. It returns an error
+// wrapping ErrNotFound when the step is not in state EffectStarted.
+func (c *Client[TTx]) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
+	id, err := c.check(p.Consumer, p.MessageID)
+	if err != nil {
+		return err
+	}
+	if err := validateStep(p.Step); err != nil {
+		return err
+	}
+	if p.State != EffectDone && p.State != EffectFailed {
+		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, EffectDone, EffectFailed)
+	}
+	store, err := c.effectStore()
+	if err != nil {
+		return err
+	}
+	where := p.Consumer + "/" + id + "/" + p.Step
+	ok, err := store.EffectResolve(ctx, &inboxdriver.EffectResolveParams{
+		EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: p.Consumer, ID: id, Step: p.Step},
+		State:           p.State, Result: p.Result, Now: c.config.Now(),
+	})
+	if err != nil {
+		return fmt.Errorf("inbox: resolve effect %s: %w", where, c.classify(err))
+	}
+	if !ok {
+		return fmt.Errorf("inbox: resolve effect %s: no started step: %w", where, ErrNotFound)
+	}
+	c.logger.InfoContext(ctx, "inbox: effect resolved by an operator", "consumer", p.Consumer, "id", id, "step", p.Step, "state", p.State)
+	return nil
+}

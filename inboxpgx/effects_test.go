@@ -1,0 +1,75 @@
+package inboxpgx_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
+	"github.com/txinbox/inbox/inboxtest"
+)
+
+// TestEffectsTextIDs runs the ledger over a store whose ids are text
+// (ULIDs here), whose queries cast differently from the uuid store's.
+func TestEffectsTextIDs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, _ := newDriver(t, inboxdriver.Tables{IDType: inboxdriver.IDTypeText, Effects: "ledger"})
+	now := time.Now()
+	c, err := inbox.NewClient(d, &inbox.Config{IDFormat: inbox.IDFormatULID, ReplayHorizon: time.Hour, Now: func() time.Time { return now }})
+	require.NoError(t, err)
+	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+	calls := 0
+	h := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		_, err := c.Effect(ctx, m, "capture", func(ctx context.Context, key string) ([]byte, error) {
+			calls++
+			require.Equal(t, "billing:"+id+":capture", key)
+			return []byte("cap_1"), nil
+		}, nil)
+		return err
+	})
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: strings.ToLower(id)}, h))
+	es, err := c.ListEffects(ctx, inbox.ListEffectsParams{MessageID: strings.ToLower(id)})
+	require.NoError(t, err)
+	require.Len(t, es, 1)
+	require.Equal(t, id, es[0].MessageID)
+	require.Equal(t, inbox.EffectDone, es[0].State)
+
+	require.NoError(t, c.Forget(ctx, "billing", id))
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))
+	require.Equal(t, 2, calls)
+
+	now = now.Add(48 * time.Hour)
+	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, int64(1), n)
+	es, err = c.ListEffects(ctx, inbox.ListEffectsParams{})
+	require.NoError(t, err)
+	require.Empty(t, es, "ledger entries after the purge")
+}
+
+// TestMigrateEffectsDownAndUp reverts migration 003 and applies it again.
+func TestMigrateEffectsDownAndUp(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, _ := newDriver(t, inboxdriver.Tables{})
+	m, err := inboxmigrate.New(d)
+	require.NoError(t, err)
+	down, err := m.Down(ctx, 2)
+	require.NoError(t, err)
+	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects"}}, down)
+	_, err = d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
+	require.Error(t, err, "the ledger table should be gone")
+	up, err := m.Up(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects", Applied: true}}, up)
+	es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
+	require.NoError(t, err)
+	require.Empty(t, es)
+}
