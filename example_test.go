@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -14,8 +13,6 @@ import (
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/internal/testdb"
 )
-
-func TestMain(m *testing.M) { testdb.Main(m) }
 
 // exampleClient returns a client over a fresh schema of the test database,
 // with an accounts table, and a function that drops the schema.

@@ -3,6 +3,7 @@ package inboxcli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,12 +15,11 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/testdb"
 )
-
-func TestMain(m *testing.M) { testdb.Main(m) }
 
 // run runs the command line and returns its exit status and output.
 func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
@@ -166,7 +166,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 
 	code, stdout, _ = run(t, env, append([]string{"migrate", "down"}, db...)...)
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, "reverted 002_dead_letters")
+	require.Contains(t, stdout, fmt.Sprintf("reverted %03d_", inboxmigrate.Latest()), "down reverts one step")
 }
 
 func TestMigrateSQL(t *testing.T) {
