@@ -172,7 +172,11 @@ func (c *Client[TTx]) processOne(ctx context.Context, consumer string, msg Messa
 
 // batchOnce runs one transaction over msgs. A handler failure is returned
 // as a *batchHandlerError.
-func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Message, h Handler[TTx]) ([]Outcome, error) {
+func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Message, h Handler[TTx]) (outcomes []Outcome, err error) {
+	ctx, obs := c.observeTx(ctx, consumer, msgs)
+	if obs != nil {
+		defer func() { obs.end(ctx, outcomes, err) }()
+	}
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {
 		ids[i] = m.ID
@@ -183,10 +187,11 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 		Now:         c.config.Now(),
 		LockTimeout: c.config.LockTimeout,
 	})
+	obs.lap(phaseClaim)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", c.classify(err))
 	}
-	outcomes := make([]Outcome, len(msgs))
+	outcomes = make([]Outcome, len(msgs))
 	anyNew := false
 	for i, m := range msgs {
 		if !claimed[i] {
@@ -199,7 +204,9 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 			fault.Inject(ctx, fault.AfterClaim)
 		}
 		anyNew = true
-		if err := c.handle(ctx, consumer, h, tx, m); err != nil {
+		err := c.handle(ctx, consumer, h, tx, m)
+		obs.lap(phaseHandler)
+		if err != nil {
 			c.rollback(ctx, tx)
 			return nil, &batchHandlerError{index: i, err: err}
 		}
@@ -210,7 +217,9 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 		return outcomes, nil
 	}
 	fault.Inject(ctx, fault.AfterEffectBeforeCommit)
-	if err := c.driver.Commit(ctx, tx); err != nil {
+	err = c.driver.Commit(ctx, tx)
+	obs.lap(phaseCommit)
+	if err != nil {
 		c.rollback(ctx, tx)
 		return nil, fmt.Errorf("commit: %w", c.classify(err))
 	}

@@ -76,6 +76,10 @@ type Config struct {
 	// DefaultCleanerInterval (1h).
 	CleanerInterval time.Duration
 
+	// Observer, if set, is told about every transaction and dead letter,
+	// for metrics and tracing. Defaults to nil, which observes nothing.
+	Observer Observer
+
 	// Now returns the current time. It stamps processed_at and places the
 	// purge cutoff. Defaults to time.Now.
 	Now func() time.Time

@@ -104,6 +104,9 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 	if err := c.driver.DeadLetter(ctx, d); err != nil {
 		return fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.classify(err))
 	}
+	if c.config.Observer != nil {
+		c.config.Observer.DeadLettered(ctx, &DeadLetterEvent{Consumer: p.Consumer, MessageID: id, Reason: reason, Attempts: p.Attempts, Err: p.Err})
+	}
 	c.logger.WarnContext(ctx, "inbox: dead-lettered a message", "consumer", p.Consumer, "key", d.DedupKey,
 		"reason", reason, "attempts", p.Attempts, "err", errText)
 	return nil

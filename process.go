@@ -33,8 +33,13 @@ func (c *Client[TTx]) Process(ctx context.Context, consumer string, msg Message,
 	return c.processOne(ctx, consumer, msg, h)
 }
 
-func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (Outcome, error) {
+func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (out Outcome, err error) {
+	ctx, obs := c.observeTx(ctx, consumer, []Message{msg})
+	if obs != nil {
+		defer func() { obs.end(ctx, []Outcome{out}, err) }()
+	}
 	tx, claimed, err := c.driver.BeginClaim(ctx, c.claimParams(consumer, msg.ID))
+	obs.lap(phaseClaim)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", c.classify(err))
 	}
@@ -43,12 +48,16 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		return Duplicate, nil
 	}
 	fault.Inject(ctx, fault.AfterClaim)
-	if err := c.handle(ctx, consumer, h, tx, msg); err != nil {
+	err = c.handle(ctx, consumer, h, tx, msg)
+	obs.lap(phaseHandler)
+	if err != nil {
 		c.rollback(ctx, tx)
 		return 0, err
 	}
 	fault.Inject(ctx, fault.AfterEffectBeforeCommit)
-	if err := c.driver.Commit(ctx, tx); err != nil {
+	err = c.driver.Commit(ctx, tx)
+	obs.lap(phaseCommit)
+	if err != nil {
 		c.rollback(ctx, tx)
 		return 0, fmt.Errorf("commit: %w", c.classify(err))
 	}
