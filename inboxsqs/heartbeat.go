@@ -84,7 +84,11 @@ func (c *Consumer[TTx]) extend(ctx context.Context, d *delivery) {
 		return
 	}
 	start := time.Now()
-	_, err := c.api.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+	// A hung call must not hold up the other held messages' heartbeats
+	// for longer than an interval.
+	cctx, cancel := context.WithTimeout(ctx, c.config.HeartbeatInterval)
+	defer cancel()
+	_, err := c.api.ChangeMessageVisibility(cctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl:          aws.String(c.config.QueueURL),
 		ReceiptHandle:     aws.String(d.handle),
 		VisibilityTimeout: seconds(c.config.VisibilityTimeout),

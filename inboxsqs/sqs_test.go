@@ -154,6 +154,7 @@ func TestExactlyOnce(t *testing.T) {
 		// Hold the handler for well over the visibility timeout, until
 		// heartbeats have extended the message twice.
 		eventually(t, "the handler to run past the visibility timeout with heartbeats", func() bool {
+			require.Equal(t, 1, h.rec.delivered(mid), "no second worker may receive the message meanwhile")
 			return time.Since(began) > 5*testVisibility/2 && h.rec.heartbeats(mid) >= 2
 		})
 		require.Equal(t, 1, h.rec.delivered(mid), "no second worker received the message meanwhile")
@@ -419,7 +420,7 @@ func TestShutdown(t *testing.T) {
 		waitClosed(t, "the handler to start", started)
 		r.stop()
 		require.Equal(t, 0, h.effectCount(id), "the cancelled transaction rolled back")
-		require.Equal(t, []int32{0}, h.rec.visibilities(mid), "the message was released at once")
+		requireReleased(t, h.rec.visibilities(mid), "the message was released at once")
 		require.Equal(t, 0, h.rec.deletes(mid))
 
 		h.start(h.config(q), handler, nil)
@@ -464,7 +465,7 @@ func TestShutdown(t *testing.T) {
 		require.Equal(t, 1, h.rec.deletes(mids[0]))
 		for n := 1; n < 4; n++ {
 			require.Equal(t, 0, h.effectCount(ids[n]))
-			require.Equal(t, []int32{0}, h.rec.visibilities(mids[n]), "waiting message %d released", n)
+			requireReleased(t, h.rec.visibilities(mids[n]), "waiting message %d released", n)
 		}
 
 		// The released messages come back and are applied once each. (Not
@@ -477,4 +478,34 @@ func TestShutdown(t *testing.T) {
 			require.Equal(t, 1, h.effectCount(ids[n]))
 		}
 	})
+}
+
+// requireReleased checks that the last visibility change was a release
+// (0), after any number of heartbeats.
+func requireReleased(t *testing.T, visibilities []int32, msgAndArgs ...any) {
+	t.Helper()
+	require.NotEmpty(t, visibilities, msgAndArgs...)
+	require.Equal(t, int32(0), visibilities[len(visibilities)-1], msgAndArgs...)
+	for _, v := range visibilities[:len(visibilities)-1] {
+		require.Equal(t, int32(testVisibility/time.Second), v, msgAndArgs...)
+	}
+}
+
+// A heartbeat recognises the answer for a receipt handle that is no longer
+// in flight, and stops extending it.
+func TestNotInFlightError(t *testing.T) {
+	h := newHarness(t)
+	q := h.createQueue("inflight", false)
+	h.send(q, event{EventID: inboxtest.NewID()}.body(), "")
+	out, err := h.admin.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q), VisibilityTimeout: 30})
+	require.NoError(t, err)
+	require.Len(t, out.Messages, 1)
+	_, err = h.admin.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(q), ReceiptHandle: out.Messages[0].ReceiptHandle})
+	require.NoError(t, err)
+	_, err = h.admin.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(q), ReceiptHandle: out.Messages[0].ReceiptHandle, VisibilityTimeout: 30,
+	})
+	require.Error(t, err)
+	require.True(t, inboxsqs.NotInFlight(err), "%v", err)
+	require.False(t, inboxsqs.NotInFlight(errors.New("connection reset")))
 }
