@@ -1,0 +1,95 @@
+package inboxsqs
+
+import (
+	"encoding/base64"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/txinbox/inbox"
+)
+
+// Transport is the inbox.Source.Transport of the messages this package
+// delivers.
+const Transport = "sqs"
+
+// delivery is one received message while the consumer holds it: from the
+// receive until it is deleted or handed back to the queue.
+type delivery struct {
+	raw      types.Message
+	msg      inbox.Message // ID is empty until the KeyFunc ran
+	handle   string        // receipt handle
+	receives int           // ApproximateReceiveCount
+	group    string        // MessageGroupId; "" on a standard queue
+
+	// mu serialises the changes of this delivery's visibility: a
+	// heartbeat never runs concurrently with, or after, the delete or
+	// release that settles it.
+	mu       sync.Mutex
+	settled  bool
+	extended time.Time // when its visibility was last set to the full timeout
+	lost     bool      // a heartbeat found it no longer in flight
+}
+
+func newDelivery(queueURL string, m types.Message, received time.Time) *delivery {
+	return &delivery{
+		raw: m,
+		msg: inbox.Message{
+			Payload: []byte(aws.ToString(m.Body)),
+			Headers: headers(m.MessageAttributes),
+			Source: inbox.Source{
+				Transport: Transport,
+				Queue:     queueURL,
+				BrokerID:  aws.ToString(m.MessageId),
+			},
+		},
+		handle:   aws.ToString(m.ReceiptHandle),
+		receives: receiveCount(m.Attributes),
+		group:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
+		extended: received,
+	}
+}
+
+// headers turns message attributes into inbox headers: string and number
+// attributes by their value, binary ones in standard base64.
+func headers(attrs map[string]types.MessageAttributeValue) map[string]string {
+	if len(attrs) == 0 {
+		return nil
+	}
+	h := make(map[string]string, len(attrs))
+	for name, v := range attrs {
+		switch {
+		case v.StringValue != nil:
+			h[name] = *v.StringValue
+		case v.BinaryValue != nil:
+			h[name] = base64.StdEncoding.EncodeToString(v.BinaryValue)
+		}
+	}
+	return h
+}
+
+// receiveCount reads ApproximateReceiveCount. A message without a valid
+// count is taken to be on its first receive.
+func receiveCount(attrs map[string]string) int {
+	n, err := strconv.Atoi(attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// settle marks d as settled, waiting for a heartbeat in progress on it, so
+// that no heartbeat changes its visibility afterwards. It reports whether d
+// was still unsettled.
+func (d *delivery) settle() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return false
+	}
+	d.settled = true
+	return true
+}

@@ -1,0 +1,97 @@
+// Package inboxsqs consumes an Amazon SQS queue through the inbox: each
+// message is applied exactly once per consumer, and deleted only after the
+// transaction that recorded it committed.
+//
+// SQS delivers at least once. A consumer that applies a message and dies
+// before DeleteMessage gets the same message again when its visibility
+// timeout expires; so does one whose delete failed, and one that ran past
+// the timeout. The inbox turns each of those redeliveries into a skip.
+//
+// # Usage
+//
+// Give New the application's configured *sqs.Client, an inbox client over
+// the store that holds the side effects, and the handler:
+//
+//	consumer, err := inboxsqs.New(sqsClient, inboxClient,
+//		inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+//			_, err := tx.Exec(ctx, `UPDATE accounts SET balance_cents = balance_cents + $1 WHERE id = $2`, amount, account)
+//			return err
+//		}),
+//		&inboxsqs.Config{
+//			QueueURL: queueURL,
+//			Consumer: "billing",
+//			Key:      inbox.JSONKey("event_id"),
+//		})
+//	if err != nil {
+//		return err
+//	}
+//	return consumer.Run(ctx) // until ctx is done
+//
+// # Receiving and deleting
+//
+// Each of Config.Workers pollers long-polls ReceiveMessage for up to
+// Config.MaxMessages messages and processes them as one batch
+// (inbox.Client.ProcessBatch: one transaction unless a handler fails, and a
+// failing message is isolated from its batch-mates). Then one
+// DeleteMessageBatch deletes the messages whose transaction committed,
+// applied or found to be a duplicate, and the ones that were dead-lettered.
+// Nothing else is ever deleted. A failed delete is logged and left: the
+// message comes back and the inbox skips it.
+//
+// # Visibility
+//
+// A message received is invisible for Config.VisibilityTimeout. While the
+// consumer holds it, a heartbeat extends that back to the full timeout
+// each Config.HeartbeatInterval with ChangeMessageVisibility, so that a
+// slow handler does not see its message handed to another consumer
+// meanwhile. A message whose handler failed with a retryable error is given
+// a backoff visibility (Config.RetryBackoff, doubling per receive), not 0,
+// so that a failing message does not spin.
+//
+// # Bounded redelivery and dead letters
+//
+// A message goes to the inbox's dead-letter store (inbox.Client.DeadLetter)
+// and is then deleted when:
+//   - its KeyFunc finds no id, or a malformed one (inbox.ReasonNoID,
+//     inbox.ReasonMalformedID), at once;
+//   - its handler returned an inbox.Permanent error (inbox.ReasonPermanent),
+//     at once;
+//   - its handler failed with a retryable error on a receive whose
+//     ApproximateReceiveCount reached Config.MaxReceives
+//     (inbox.ReasonMaxAttempts).
+//
+// With Config.DeadLetterQueueURL a copy is also sent to that queue, after
+// the store has it and before the original is deleted: a copy alone would
+// leave the original looping. A failure that says nothing about the
+// message never dead-letters it: inbox.ErrUnavailable (the store is
+// unreachable; receiving also pauses), inbox.ErrLockTimeout (another
+// delivery of the event held its claim), and cancellation at shutdown.
+//
+// # FIFO queues
+//
+// A queue whose URL ends in ".fifo" is consumed in order per
+// MessageGroupId: one poller hands its messages to a sequencer, a group's
+// messages are processed one batch at a time in the order they were handed
+// out (inbox.Client.ProcessBatchOrdered), and different groups are
+// processed in parallel by the workers. The sequencer does not rely on the
+// server to hold a group back while one of its messages is in flight: a
+// later message of a running group waits here. When a group's message is
+// retried, the group's other held messages are handed back behind it, and
+// the group takes no message until the retried one is due back. A message
+// without a MessageGroupId (an emulator that does not return it) is
+// treated as one group: processed strictly in order.
+//
+// # Keys
+//
+// The inbox key is the producer's event id, read by Config.Key: a field of
+// the JSON body (inbox.JSONKey) or a message attribute (inbox.HeaderKey).
+// Message attributes reach the handler as inbox.Message.Headers, binary
+// ones in base64. MessageIDKey uses the SQS MessageId instead, as an
+// explicit opt-in whose documentation says when that is wrong.
+//
+// # Shutdown
+//
+// Run returns after its context is done and its goroutines have ended. The
+// messages being processed get Config.ShutdownTimeout to commit and be
+// deleted; the ones received but not started are made visible at once.
+package inboxsqs

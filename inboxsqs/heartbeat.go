@@ -1,0 +1,134 @@
+package inboxsqs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+)
+
+// leases holds the deliveries a consumer has received and not yet settled,
+// and keeps them invisible: a heartbeat extends the visibility of each one
+// that was last extended HeartbeatInterval ago, whether its handler is
+// running or it waits for its group.
+type leases struct {
+	mu   sync.Mutex
+	held map[*delivery]struct{}
+}
+
+func newLeases() *leases {
+	return &leases{held: make(map[*delivery]struct{})}
+}
+
+func (l *leases) add(ds ...*delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, d := range ds {
+		l.held[d] = struct{}{}
+	}
+}
+
+func (l *leases) remove(d *delivery) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.held, d)
+}
+
+// due returns the held deliveries last extended at or before cutoff.
+func (l *leases) due(cutoff time.Time) []*delivery {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []*delivery
+	for d := range l.held {
+		d.mu.Lock()
+		if !d.settled && !d.lost && !d.extended.After(cutoff) {
+			out = append(out, d)
+		}
+		d.mu.Unlock()
+	}
+	return out
+}
+
+// heartbeat extends held deliveries until ctx is done. It checks twice per
+// HeartbeatInterval, so a delivery is extended at most one and a half
+// intervals after its last extension.
+func (c *Consumer[TTx]) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(max(c.config.HeartbeatInterval/2, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for _, d := range c.leases.due(time.Now().Add(-c.config.HeartbeatInterval)) {
+			if ctx.Err() != nil {
+				return
+			}
+			c.extend(ctx, d)
+		}
+	}
+}
+
+// extend sets d's visibility back to the full timeout, unless d was settled
+// meanwhile.
+func (c *Consumer[TTx]) extend(ctx context.Context, d *delivery) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled || d.lost {
+		return
+	}
+	start := time.Now()
+	// A hung call must not hold up the other held messages' heartbeats
+	// for longer than an interval.
+	cctx, cancel := context.WithTimeout(ctx, c.config.HeartbeatInterval)
+	defer cancel()
+	_, err := c.api.ChangeMessageVisibility(cctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl:          aws.String(c.config.QueueURL),
+		ReceiptHandle:     aws.String(d.handle),
+		VisibilityTimeout: seconds(c.config.VisibilityTimeout),
+	})
+	switch {
+	case err == nil:
+		d.extended = start
+	case ctx.Err() != nil:
+	case notInFlight(err):
+		// The message became visible (a heartbeat came too late) or was
+		// deleted. Another consumer may receive it; the inbox makes that
+		// delivery a skip or waits for this one's claim.
+		d.lost = true
+		c.logger.WarnContext(ctx, "inboxsqs: lost a message's visibility: it may be delivered again",
+			"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "err", err)
+	default:
+		c.logger.WarnContext(ctx, "inboxsqs: heartbeat failed", "queue", c.config.QueueURL,
+			"message_id", d.msg.Source.BrokerID, "err", err)
+	}
+}
+
+// notInFlight reports whether err says that a receipt handle no longer
+// names a message in flight. SQS answers MessageNotInflight, or
+// InvalidParameterValue for a receipt handle that expired; goaws answers
+// AWS.SimpleQueueService.MessageNotInFlight.
+func notInFlight(err error) bool {
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	code := strings.ToLower(apiErr.ErrorCode())
+	code = code[strings.LastIndexByte(code, '.')+1:]
+	switch code {
+	case "messagenotinflight", "receipthandleisinvalid", "invalidparametervalue":
+		return true
+	}
+	return false
+}
+
+// seconds converts d, whole seconds, to the int32 the SQS API takes.
+func seconds(d time.Duration) int32 {
+	return int32(d / time.Second)
+}
