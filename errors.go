@@ -107,8 +107,9 @@ func IsPermanent(err error) bool {
 }
 
 // IsRetryable reports whether a message that failed with err may succeed
-// when it is delivered again. It is false for nil, for permanent errors, for
-// an invalid consumer or step name and for a cancelled context.
+// when it is delivered again. It is false for nil, for permanent errors and
+// for an invalid consumer or step name. A cancelled context is retryable: the
+// message was not applied, and its redelivery may be.
 func IsRetryable(err error) bool {
 	if err == nil || IsPermanent(err) || errors.Is(err, ErrInvalidConsumer) || errors.Is(err, ErrInvalidStep) {
 		return false
