@@ -70,6 +70,10 @@ type Config struct {
 	Command func(args []string) *exec.Cmd
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
+	// ControlNoSkip breaks the consumers on purpose: their store reports
+	// every claim as new. It is the negative control that shows the check
+	// catches double applications; a run with it must not be OK.
+	ControlNoSkip bool
 }
 
 // Result is the outcome of a run. Its JSON form is the contract of
@@ -222,7 +226,8 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		return nil, err
 	}
 	produced := make(chan error, 1)
-	go func() { produced <- tr.produce(ctx, events, cfg.Duration/3, r.Uint64()) }()
+	produceSeed := r.Uint64()
+	go func() { produced <- tr.produce(ctx, events, cfg.Duration*4/5, produceSeed) }()
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()

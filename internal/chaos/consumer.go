@@ -28,6 +28,9 @@ type consumerFlags struct {
 	group       string
 	queueURL    string
 	endpoint    string
+	// control disables the inbox's skip, for the negative control that
+	// shows the checker catches double applications.
+	control bool
 }
 
 // payload is the body of every chaos event.
@@ -37,15 +40,23 @@ type payload struct {
 	Amount  int64  `json:"amount"`
 }
 
-// outcomeWriter prints one line per processed message for the coordinator:
-// "applied ID" or "duplicate ID". Each line is one write, so a kill never
-// leaves half a line.
-type outcomeWriter struct{ w io.Writer }
+// outcomes is an inbox.Observer that prints, for the coordinator, one line
+// per committed or skipped transaction: "tx APPLIED DUPLICATES". Each line
+// is one write, so a kill never leaves half a line.
+type outcomes struct{ w io.Writer }
 
-func (o outcomeWriter) report(outcome inbox.Outcome, id string) {
-	if outcome == inbox.Applied || outcome == inbox.Duplicate {
-		fmt.Fprintf(o.w, "%s %s\n", outcome, id)
+func (o outcomes) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
+	return ctx
+}
+
+func (o outcomes) TxEnd(_ context.Context, e *inbox.TxEvent) {
+	if e.Err == nil {
+		fmt.Fprintf(o.w, "tx %d %d\n", e.Applied, e.Duplicates)
 	}
+}
+
+func (o outcomes) DeadLettered(_ context.Context, e *inbox.DeadLetterEvent) {
+	fmt.Fprintf(o.w, "dead %s %s\n", e.MessageID, e.Reason)
 }
 
 // RunConsumer is the main of one consumer process, the hidden
@@ -64,6 +75,7 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.group, "group", "", "")
 	fs.StringVar(&f.queueURL, "queue-url", "", "")
 	fs.StringVar(&f.endpoint, "endpoint", "", "")
+	fs.BoolVar(&f.control, "control-no-skip", false, "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -85,7 +97,11 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	client, err := inbox.NewClient(d, nil)
+	var driver inboxdriver.Driver[pgx.Tx] = d
+	if f.control {
+		driver = noSkip{d}
+	}
+	client, err := inbox.NewClient(driver, &inbox.Config{Observer: outcomes{w: stdout}})
 	if err != nil {
 		return err
 	}
@@ -103,14 +119,32 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			f.consumer, m.ID, p.Account, p.Amount, f.slot)
 		return err
 	})
-	out := outcomeWriter{w: stdout}
-	return runTransportConsumer(ctx, &f, client, credit, out)
+	return runTransportConsumer(ctx, &f, client, credit)
 }
 
 // runTransportConsumer runs the transport's adapter until ctx is done.
-func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[pgx.Tx], h inbox.Handler[pgx.Tx], out outcomeWriter) error {
+func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[pgx.Tx], h inbox.Handler[pgx.Tx]) error {
 	switch f.transport {
+	case "sqs":
+		return runSQSConsumer(ctx, f, client, h)
 	default:
 		return fmt.Errorf("chaos-consumer: transport %q is not available", f.transport)
 	}
+}
+
+// noSkip is a broken store for the negative control: it reports every
+// claim as new, so redeliveries apply again.
+type noSkip struct{ *inboxpgx.Driver }
+
+func (n noSkip) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, bool, error) {
+	tx, _, err := n.Driver.BeginClaim(ctx, p)
+	return tx, err == nil, err
+}
+
+func (n noSkip) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (pgx.Tx, []bool, error) {
+	tx, claimed, err := n.Driver.BeginClaimBatch(ctx, p)
+	for i := range claimed {
+		claimed[i] = true
+	}
+	return tx, claimed, err
 }

@@ -62,8 +62,14 @@ func (s *supervisor) startAll(ctx context.Context) error {
 func (s *supervisor) start(ctx context.Context, i int) error {
 	args := append([]string{"--slot", fmt.Sprint(i), "--consumer", DefaultConsumerName}, s.st.consumerArgs()...)
 	args = append(args, s.tr.consumerArgs()...)
+	if s.cfg.ControlNoSkip {
+		args = append(args, "--control-no-skip")
+	}
 	cmd := s.cfg.Command(args)
-	cmd.Env = append(os.Environ(), "INBOX_CHAOS_SLOT="+fmt.Sprint(i))
+	if cmd.Env == nil {
+		cmd.Env = os.Environ()
+	}
+	cmd.Env = append(cmd.Env, "INBOX_CHAOS_SLOT="+fmt.Sprint(i))
 	s.mu.Lock()
 	if s.faults {
 		cmd.Env = append(cmd.Env, "INBOX_FAULTS="+faultSpec(faultPerHit))
@@ -156,14 +162,20 @@ func (s *supervisor) restart(ctx context.Context, i int) {
 	s.count(func(r *Result) { r.Restarts++ })
 }
 
-// readOutcomes counts the outcome lines a consumer prints: "applied ID",
-// "duplicate ID".
+// readOutcomes counts the lines a consumer's observer prints:
+// "tx APPLIED DUPLICATES" and "dead ID REASON".
 func (s *supervisor) readOutcomes(stdout interface{ Read([]byte) (int, error) }) {
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
-		kind, _, _ := strings.Cut(sc.Text(), " ")
-		if kind == "duplicate" {
-			s.count(func(r *Result) { r.DuplicatesSkipped++ })
+		var applied, dups int
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "tx "):
+			if _, err := fmt.Sscanf(line, "tx %d %d", &applied, &dups); err == nil && dups > 0 {
+				s.count(func(r *Result) { r.DuplicatesSkipped += dups })
+			}
+		case strings.HasPrefix(line, "dead "):
+			s.count(func(r *Result) { r.Problems = append(r.Problems, "dead-lettered: "+line) })
 		}
 	}
 }
@@ -193,10 +205,10 @@ func (s *supervisor) chaos(ctx context.Context, r *rand.Rand, done func() bool) 
 			continue
 		}
 		next = time.Now().Add(jitter(r, killEvery))
-		switch n := r.IntN(10); {
-		case n < 5:
+		switch n := r.IntN(20); {
+		case n < 13:
 			s.killRandom(r)
-		case n < 8:
+		case n < 17:
 			if k, err := s.st.killConnections(ctx, r); err != nil {
 				fmt.Fprintf(s.cfg.Log, "chaos: kill db connections: %v\n", err)
 			} else if k > 0 {

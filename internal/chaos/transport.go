@@ -24,6 +24,8 @@ type transport interface {
 
 func newTransport(ctx context.Context, cfg *Config) (transport, error) {
 	switch cfg.Transport {
+	case "sqs":
+		return newSQS(ctx, cfg)
 	default:
 		return nil, fmt.Errorf("chaos: transport %q is not available", cfg.Transport)
 	}

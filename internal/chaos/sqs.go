@@ -1,0 +1,221 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Admiral-Piett/goaws/app/gosqs"
+	"github.com/Admiral-Piett/goaws/app/models"
+	"github.com/Admiral-Piett/goaws/app/router"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
+	"github.com/sirupsen/logrus"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxsqs"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+// The SQS timings of a run: a short visibility timeout so that the messages
+// a killed consumer held come back quickly.
+const (
+	sqsVisibility = 4 * time.Second
+	sqsWait       = time.Second
+)
+
+// sqsTransport is goaws in this process, or a real SQS endpoint, with a
+// proxy in front that fails requests on demand.
+type sqsTransport struct {
+	endpoint string
+	queueURL string
+	client   *sqs.Client
+	// faults fails requests to the in-process goaws; nil for a real
+	// endpoint.
+	faults *failer
+}
+
+// goaws keeps its queues in global state, so one in-process server serves
+// every run of the process, each on a queue of its own.
+var (
+	goawsOnce   sync.Once
+	goawsURL    string
+	goawsFaults *failer
+)
+
+func startGoaws() {
+	goawsOnce.Do(func() {
+		logrus.SetLevel(logrus.ErrorLevel)
+		goawsFaults = &failer{}
+		srv := httptest.NewServer(goawsFaults.wrap(router.New()))
+		u, _ := url.Parse(srv.URL)
+		models.CurrentEnvironment = models.Environment{
+			Host: u.Hostname(), Port: u.Port(), Region: "us-east-1", AccountID: "100010001000",
+			QueueAttributeDefaults: models.EnvQueueAttributes{
+				VisibilityTimeout: int(sqsVisibility / time.Second), MaximumMessageSize: 262144,
+			},
+		}
+		go gosqs.PeriodicTasks(100*time.Millisecond, make(chan bool))
+		goawsURL = srv.URL
+	})
+}
+
+func newSQS(ctx context.Context, cfg *Config) (*sqsTransport, error) {
+	t := &sqsTransport{endpoint: cfg.SQSEndpoint}
+	if t.endpoint == "" {
+		startGoaws()
+		t.endpoint, t.faults = goawsURL, goawsFaults
+	}
+	t.client = sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(t.endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
+	})
+	out, err := t.client.CreateQueue(ctx, &sqs.CreateQueueInput{
+		QueueName:  aws.String("inbox-chaos-" + testdb.RandomSuffix()),
+		Attributes: map[string]string{"VisibilityTimeout": fmt.Sprint(int(sqsVisibility / time.Second))},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: create queue at %s: %w", t.endpoint, err)
+	}
+	t.queueURL = aws.ToString(out.QueueUrl)
+	return t, nil
+}
+
+func (t *sqsTransport) produce(ctx context.Context, events []event, d time.Duration, seed uint64) error {
+	start := time.Now()
+	for _, s := range schedule(events, d, seed) {
+		if wait := time.Until(start.Add(s.at)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		body, _ := json.Marshal(payload{EventID: s.e.ID, Account: s.e.Account, Amount: s.e.Amount})
+		if err := retrySend(ctx, func() error {
+			_, err := t.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(t.queueURL), MessageBody: aws.String(string(body))})
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retrySend retries a send that failed, as a producer's relay does: the
+// event id stays the same, so a send that did go through becomes a
+// duplicate, which is what the inbox is for.
+func retrySend(ctx context.Context, send func() error) error {
+	var err error
+	for range 50 {
+		if err = send(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func (t *sqsTransport) consumerArgs() []string {
+	return []string{"--transport", "sqs", "--endpoint", t.endpoint, "--queue-url", t.queueURL}
+}
+
+// injectFault fails the next few deletes or receives, as a flaky network
+// to SQS would.
+func (t *sqsTransport) injectFault(r *rand.Rand) bool {
+	if t.faults == nil {
+		return false
+	}
+	action := "DeleteMessageBatch"
+	if r.IntN(2) == 0 {
+		action = "ReceiveMessage"
+	}
+	t.faults.arm(action, 1+r.IntN(3))
+	return true
+}
+
+func (t *sqsTransport) close() {
+	if t.queueURL != "" {
+		_, _ = t.client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(t.queueURL)})
+	}
+}
+
+// failer fails the next n requests of an SQS action with a 500.
+type failer struct {
+	mu      sync.Mutex
+	pending map[string]int
+	failed  atomic.Int64
+}
+
+func (f *failer) arm(action string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending == nil {
+		f.pending = map[string]int{}
+	}
+	f.pending[action] += n
+}
+
+func (f *failer) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		action := r.Header.Get("X-Amz-Target")
+		if i := strings.LastIndexByte(action, '.'); i >= 0 {
+			action = action[i+1:]
+		}
+		f.mu.Lock()
+		fail := f.pending[action] > 0
+		if fail {
+			f.pending[action]--
+		}
+		f.mu.Unlock()
+		if fail {
+			f.failed.Add(1)
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte(`{"__type":"com.amazonaws.sqs#InternalError","message":"chaos: injected failure"}`))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// runSQSConsumer runs the inboxsqs adapter in a consumer process.
+func runSQSConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[pgx.Tx], h inbox.Handler[pgx.Tx]) error {
+	sc := sqs.New(sqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(f.endpoint),
+		Credentials:  credentials.NewStaticCredentialsProvider("chaos", "chaos", ""),
+	})
+	c, err := inboxsqs.New(sc, client, h, &inboxsqs.Config{
+		QueueURL:          f.queueURL,
+		Consumer:          f.consumer,
+		Key:               inbox.JSONKey("event_id"),
+		Workers:           2,
+		WaitTime:          sqsWait,
+		VisibilityTimeout: sqsVisibility,
+		// Chaos makes messages come back often; none of that is the
+		// message's fault.
+		MaxReceives:     1000,
+		RetryBackoff:    time.Second,
+		ShutdownTimeout: 5 * time.Second,
+	})
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
