@@ -40,9 +40,9 @@ func (c *Consumer[TTx]) deadLetter(p *partition, rec *kgo.Record, msg inbox.Mess
 	}
 	if c.cfg.DeadLetterTopic != "" {
 		out := &kgo.Record{
-			Topic:   c.cfg.DeadLetterTopic,
-			Key:     rec.Key,
-			Value:   rec.Value,
+			Topic: c.cfg.DeadLetterTopic,
+			Key:   rec.Key,
+			Value: rec.Value,
 			Headers: append(append([]kgo.RecordHeader(nil), rec.Headers...),
 				kgo.RecordHeader{Key: HeaderDeadLetterConsumer, Value: []byte(c.cfg.Consumer)},
 				kgo.RecordHeader{Key: HeaderDeadLetterReason, Value: []byte(reason)},

@@ -132,7 +132,7 @@ func newEnv(t testing.TB, proto protocol, o envOpts) *env {
 	kopts := []kfake.Opt{
 		kfake.NumBrokers(1),
 		kfake.SeedTopics(int32(o.partitions), e.topic),
-		kfake.GroupMinSessionTimeout(500*time.Millisecond),
+		kfake.GroupMinSessionTimeout(500 * time.Millisecond),
 		kfake.BrokerConfigs(map[string]string{
 			"group.consumer.heartbeat.interval.ms": "100",
 			"group.consumer.session.timeout.ms":    strconv.Itoa(int(o.session.Milliseconds())),
