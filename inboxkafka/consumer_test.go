@@ -94,38 +94,65 @@ func TestRevokeCommitsBeforeTheRebalance(t *testing.T) {
 }
 
 // TestOffsetCommitErrors is case (d): the broker fails offset commits with
-// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS. kgo does
-// not retry a failed commit; the consumer does, so every partition is
-// committed to its end, and every event is applied once.
+// ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID and REBALANCE_IN_PROGRESS. It fails
+// every commit until the consumer has tried to commit the end of every
+// partition; by then every record is processed and marked, so no new mark
+// will ever ask for another commit. kgo does not retry a failed commit: only
+// the consumer's own retries can commit the partitions to their end.
 func TestOffsetCommitErrors(t *testing.T) {
 	for _, injected := range []*kerr.Error{kerr.IllegalGeneration, kerr.UnknownMemberID, kerr.RebalanceInProgress} {
 		t.Run(injected.Message, func(t *testing.T) {
 			t.Parallel()
 			forEachProtocol(t, func(t *testing.T, proto protocol) {
 				e := newEnv(t, proto, envOpts{partitions: 3})
-				const failures = 3
-				var failed atomic.Int64
+				evs := events(150, 9)
+				e.produce(evs)
+				end := e.highWatermarks()
+
+				var (
+					mu      sync.Mutex
+					failing = true
+					failed  int
+					tried   = map[int32]int64{}
+				)
 				e.cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 					r := req.(*kmsg.OffsetCommitRequest)
-					if r.Group != e.group || failed.Load() >= failures {
+					mu.Lock()
+					defer mu.Unlock()
+					if r.Group != e.group || !failing {
 						return nil, nil, false
 					}
-					failed.Add(1)
 					e.cluster.KeepControl()
+					failed++
+					for _, rt := range r.Topics {
+						for _, p := range rt.Partitions {
+							tried[p.Partition] = max(tried[p.Partition], p.Offset)
+						}
+					}
 					return failCommit(r, injected), nil, true
 				})
-				evs := events(150, 9)
 				var tl tally
 				cfg := consumerConfig()
 				cfg.MaxBatch = 10
 				cfg.OnResult = tl.observe
 				r := e.start("a", cfg, e.handler())
-				e.produce(evs)
-				e.waitApplied(len(evs), 2*time.Minute)
+				waitFor(t, 2*time.Minute, "a failed commit of the end of every partition", func() (bool, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					for p, off := range end {
+						if tried[p] != off {
+							return false, nil
+						}
+					}
+					failing = false
+					return true, nil
+				})
 				e.waitCommittedToEnd(time.Minute)
 				r.stop(t)
 
-				require.EqualValues(t, failures, failed.Load(), "the broker did not fail the commits")
+				mu.Lock()
+				require.Positive(t, failed)
+				mu.Unlock()
 				e.requireExactlyOnce(ids(evs))
 			})
 		})
