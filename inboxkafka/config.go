@@ -77,9 +77,10 @@ type Config struct {
 
 	// DrainTimeout bounds how long a revoke, or Run's return, waits for
 	// the transactions in flight to finish; then they are abandoned and
-	// roll back. It also bounds the retries of the offset commit that
-	// follows. Keep it well under the group's rebalance timeout.
-	// Defaults to DefaultDrainTimeout (10s).
+	// roll back. It also bounds, separately, the retries of the offset
+	// commit that follows, so a revoke takes at most twice DrainTimeout:
+	// keep that under the group's rebalance timeout (kgo.RebalanceTimeout,
+	// 60s by default). Defaults to DefaultDrainTimeout (10s).
 	DrainTimeout time.Duration
 
 	// DeadLetterTopic, when set, is a topic to which a dead-lettered

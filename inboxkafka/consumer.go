@@ -109,6 +109,11 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 // Run polls records and processes them until ctx is done, then shuts down
 // gracefully and returns nil. It can be called once.
 //
+// The handler's context carries ctx's values but not its cancellation: a
+// transaction in flight when ctx is cancelled is allowed to finish, and its
+// context is cancelled only when it is abandoned after
+// Config.DrainTimeout.
+//
 // Each assigned partition has its own worker, so partitions are processed
 // in parallel and each one in offset order, in batches of up to
 // Config.MaxBatch records through inbox.Client.ProcessBatchOrdered. An

@@ -1,3 +1,40 @@
+// The tests of inboxkafka run a real consumer against kfake, franz-go's
+// Kafka in process, and the real Postgres store (inboxpgx over a random
+// schema from internal/testdb). Each test produces events with producer
+// event ids, and its handler writes one row per applied event to an effects
+// table in the inbox's transaction; the tests then count the rows per event
+// id: every event applied exactly once, none lost, none extra.
+//
+// The cases of the issue, each under the classic group protocol (kgo's
+// cooperative-sticky balancer) and KIP-848:
+//
+//	(a) TestCrashAfterDatabaseCommitBeforeOffsetCommit
+//	(b) TestCrashAfterEffectBeforeDatabaseCommit
+//	(c) TestMembersJoinAndLeaveUnderLoad
+//	(d) TestOffsetCommitErrors
+//	(e) TestSameEventIDOnNewOffsets
+//	(f) TestPoisonRecordsAreDeadLettered
+//	(g) TestPartitionOrderPreserved
+//
+// and beside them TestRevokeCommitsBeforeTheRebalance,
+// TestShutdownCommitsWhatTheDatabaseCommitted and
+// TestUnavailableStoreIsNotPoison.
+//
+// # Crashes
+//
+// (a) and (b) kill a real process: the test binary runs itself again as a
+// consumer (see childEnv in crash_test.go) whose fault hook sends it
+// SIGKILL at the n-th time the client or the consumer reaches the fault
+// point. A killed process cannot commit an offset or a transaction, and its
+// connections' transactions roll back, as in production. The survivor then
+// runs in process.
+//
+// # Synchronisation and leaks
+//
+// No test sleeps to wait: each polls a condition (rows in the database,
+// committed offsets, results reported through Config.OnResult) with a
+// deadline. TestMain checks with goleak that no goroutine outlives the
+// tests.
 package inboxkafka_test
 
 import (

@@ -2,7 +2,10 @@ package inboxkafka
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // revoked runs from kgo's OnPartitionsRevoked, before the rebalance goes
@@ -128,6 +131,10 @@ func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
 	for {
 		err := c.commitLocked(cctx, only)
 		if err == nil {
+			break
+		}
+		if errors.Is(err, kgo.ErrClientClosed) {
+			c.logger.WarnContext(ctx, "inboxkafka: the client closed before the offsets were committed: the next owner redelivers the records, and finds them duplicates")
 			break
 		}
 		wait := bo.next()
