@@ -22,8 +22,9 @@ import (
 
 // TestMembersJoinAndLeaveUnderLoad is case (c): three consumers join and
 // leave the group, over and over, while 10,000 records are produced and
-// consumed. Every membership change happens right after a chunk of records
-// is produced, so that partitions move while they are being processed.
+// consumed. The records come in chunks, and each membership change comes
+// once a tenth of the latest chunk is applied, so that partitions move
+// while records wait for them.
 func TestMembersJoinAndLeaveUnderLoad(t *testing.T) {
 	forEachProtocol(t, func(t *testing.T, proto protocol) {
 		e := newEnv(t, proto, envOpts{partitions: 6})
@@ -37,31 +38,42 @@ func TestMembersJoinAndLeaveUnderLoad(t *testing.T) {
 		running := map[string]*runner{}
 		join := func(name string) { running[name] = e.start(name, cfg, e.handler()) }
 		leave := func(name string) { running[name].stop(t); delete(running, name) }
-		steps := []func(){
-			func() { join("b") },
-			func() { join("c") },
-			func() { leave("a") },
-			func() { join("a2") },
-			func() { leave("b") },
-			func() { leave("c") },
-			func() { join("b2") },
-			func() { join("c2") },
-			func() { leave("a2") },
-			func() { leave("b2") },
+		steps := []struct {
+			name string
+			do   func()
+		}{
+			{"b joins", func() { join("b") }},
+			{"c joins", func() { join("c") }},
+			{"a leaves", func() { leave("a") }},
+			{"a2 joins", func() { join("a2") }},
+			{"b leaves", func() { leave("b") }},
+			{"c leaves", func() { leave("c") }},
+			{"b2 joins", func() { join("b2") }},
+			{"c2 joins", func() { join("c2") }},
+			{"a2 leaves", func() { leave("a2") }},
+			{"b2 leaves", func() { leave("b2") }},
 		}
 		join("a")
+		underLoad := 0
 		for i, step := range steps {
 			e.produce(evs[i*perChunk : (i+1)*perChunk])
-			step()
-			e.waitApplied((i+1)*perChunk/2, 2*time.Minute)
+			e.waitApplied(i*perChunk+perChunk/10, 2*time.Minute)
+			step.do()
+			applied, err := e.appliedCount()
+			require.NoError(t, err)
+			if applied < (i+1)*perChunk {
+				underLoad++
+			}
+			t.Logf("%s with %d of %d records applied", step.name, applied, (i+1)*perChunk)
 		}
 		e.waitApplied(len(evs), 3*time.Minute)
 		e.waitCommittedToEnd(time.Minute)
 		leave("c2")
 
 		e.requireExactlyOnce(ids(evs))
-		t.Logf("%d applied, %d redelivered duplicates skipped", tl.applied.Load(), tl.duplicates.Load())
-	})
+		t.Logf("%d of %d membership changes with records waiting; %d applied, %d redelivered duplicates skipped",
+			underLoad, len(steps), tl.applied.Load(), tl.duplicates.Load())
+	}, eager)
 }
 
 // TestRevokeCommitsBeforeTheRebalance checks the revoke path: a consumer
@@ -90,7 +102,7 @@ func TestRevokeCommitsBeforeTheRebalance(t *testing.T) {
 		require.Positive(t, tb.applied.Load(), "no partition moved to the new member")
 		require.Zero(t, ta.duplicates.Load()+tb.duplicates.Load(), "a record was delivered again after a revoke")
 		t.Logf("a applied %d, b applied %d", ta.applied.Load(), tb.applied.Load())
-	})
+	}, eager)
 }
 
 // TestOffsetCommitErrors is case (d): the broker fails offset commits with

@@ -97,8 +97,12 @@ var protocols = []protocol{
 	{name: "kip848", opts: []kgo.Opt{kgo.ServerSideBalancer()}},
 }
 
+// eager is the classic protocol with an eager balancer, which revokes every
+// partition at each rebalance. The rebalance tests run under it too.
+var eager = protocol{name: "classic-eager", opts: []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}}
+
 func protocolNamed(name string) protocol {
-	for _, p := range protocols {
+	for _, p := range append(protocols, eager) {
 		if p.name == name {
 			return p
 		}
@@ -106,10 +110,11 @@ func protocolNamed(name string) protocol {
 	panic("unknown protocol " + name)
 }
 
-// forEachProtocol runs f as a parallel subtest per group protocol.
-func forEachProtocol(t *testing.T, f func(t *testing.T, proto protocol)) {
+// forEachProtocol runs f as a parallel subtest per group protocol, and
+// under more protocols if given.
+func forEachProtocol(t *testing.T, f func(t *testing.T, proto protocol), more ...protocol) {
 	t.Helper()
-	for _, proto := range protocols {
+	for _, proto := range append(protocols[:len(protocols):len(protocols)], more...) {
 		t.Run(proto.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, proto)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -133,8 +134,10 @@ func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, kgo.ErrClientClosed) {
-			c.logger.WarnContext(ctx, "inboxkafka: the client closed before the offsets were committed: the next owner redelivers the records, and finds them duplicates")
+		if errors.Is(err, kgo.ErrClientClosed) || memberGone(err) {
+			// Retrying cannot help, and would only hold the
+			// rebalance up: kgo rejoins once the callback returns.
+			c.logger.WarnContext(ctx, "inboxkafka: could not commit before a rebalance: the next owner redelivers the records, and finds them duplicates", "err", err)
 			break
 		}
 		wait := bo.next()
@@ -148,6 +151,12 @@ func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
 	c.remove(ps)
 	c.commitMu.Unlock()
 	c.resume(ps)
+}
+
+// memberGone reports whether err says that the group no longer knows this
+// member in the generation it committed with.
+func memberGone(err error) bool {
+	return errors.Is(err, kerr.IllegalGeneration) || errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.FencedInstanceID)
 }
 
 // remove takes ps out of the consumer: a mark from their workers is dropped
