@@ -80,7 +80,9 @@ type Config struct {
 	// roll back. It also bounds, separately, the retries of the offset
 	// commit that follows, so a revoke takes at most twice DrainTimeout:
 	// keep that under the group's rebalance timeout (kgo.RebalanceTimeout,
-	// 60s by default). Defaults to DefaultDrainTimeout (10s).
+	// 60s by default). A handler that ignores its context's cancellation
+	// holds the revoke up until it returns. Defaults to
+	// DefaultDrainTimeout (10s).
 	DrainTimeout time.Duration
 
 	// DeadLetterTopic, when set, is a topic to which a dead-lettered

@@ -32,7 +32,8 @@
 // auto-commit must be off (kgo.DisableAutoCommit) or limited to marked
 // records (kgo.AutoCommitMarks, which the consumer never marks), and
 // kgo.BlockRebalanceOnPoll must be on. ClientOpts returns these options
-// together with the rebalance callbacks the consumer needs.
+// together with the rebalance callbacks the consumer needs; do not replace
+// those callbacks with your own.
 //
 // # Order and batches
 //
@@ -58,8 +59,11 @@
 // new work, lets their transactions in flight finish (after
 // Config.DrainTimeout it abandons them, and they roll back), commits the
 // offsets of what the database committed, and only then lets the rebalance
-// go on. On lost partitions (the group no longer knows this member), it
-// abandons their transactions and commits nothing. Each assignment of a
+// go on. It retries a failed commit up to Config.DrainTimeout, but not once
+// the group has said it no longer knows this member in this generation: the
+// next owner then gets the records again, and finds them duplicates. On lost
+// partitions (the group no longer knows this member), it abandons their
+// transactions and commits nothing. Each assignment of a
 // partition has a generation; a mark from an earlier assignment's worker is
 // dropped.
 //
