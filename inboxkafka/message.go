@@ -1,0 +1,33 @@
+package inboxkafka
+
+import (
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txinbox/inbox"
+)
+
+// Transport is the inbox.Source.Transport of the messages of this package.
+const Transport = "kafka"
+
+// message converts a record to an inbox message with no id yet. Of headers
+// that repeat a key, the last one wins.
+func message(r *kgo.Record) inbox.Message {
+	var headers map[string]string
+	if len(r.Headers) > 0 {
+		headers = make(map[string]string, len(r.Headers))
+		for _, h := range r.Headers {
+			headers[h.Key] = string(h.Value)
+		}
+	}
+	return inbox.Message{
+		Payload: r.Value,
+		Headers: headers,
+		Source: inbox.Source{
+			Transport: Transport,
+			Queue:     r.Topic,
+			Partition: r.Partition,
+			Offset:    r.Offset,
+			Key:       r.Key,
+		},
+	}
+}

@@ -1,0 +1,272 @@
+package inboxkafka
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/fault"
+)
+
+// partition is one assignment of a partition to this consumer, and the
+// state of its worker.
+type partition struct {
+	tp  topicPartition
+	gen uint64
+
+	// ctx is the worker's context; cancel abandons the transaction in
+	// flight, which rolls back.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// stop is closed when the worker must take no new work; done is
+	// closed when the worker has returned.
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+
+	qmu    sync.Mutex
+	queue  []*kgo.Record
+	paused bool
+	wake   chan struct{}
+
+	// next is the offset to commit: one past the last record done. It
+	// and committed, the last offset committed, are guarded by
+	// Consumer.mu.
+	next      kgo.EpochOffset
+	committed int64
+
+	// attempts counts the retryable failures of records, by offset. Only
+	// the worker touches it.
+	attempts map[int64]int
+}
+
+func newPartition(parent context.Context, tp topicPartition, gen uint64) *partition {
+	ctx, cancel := context.WithCancel(parent)
+	return &partition{
+		tp:       tp,
+		gen:      gen,
+		ctx:      ctx,
+		cancel:   cancel,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		attempts: make(map[int64]int),
+	}
+}
+
+// requestStop tells the worker to take no new work.
+func (p *partition) requestStop() {
+	p.stopOnce.Do(func() { close(p.stop) })
+}
+
+// abandon stops the worker and cancels its transaction in flight.
+func (p *partition) abandon() {
+	p.requestStop()
+	p.cancel()
+}
+
+func (p *partition) stopping() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// enqueue adds records for the worker, and calls pause when the queue
+// reaches limit. pause runs under the queue's lock, so that pauses and
+// resumes reach the client in order.
+func (p *partition) enqueue(recs []*kgo.Record, limit int, pause func()) {
+	p.qmu.Lock()
+	p.queue = append(p.queue, recs...)
+	if !p.paused && len(p.queue) >= limit {
+		p.paused = true
+		pause()
+	}
+	p.qmu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take waits for records and returns up to n of them, or false when the
+// worker must stop. It resumes fetching the partition once the queue is
+// down to half of limit.
+func (p *partition) take(n, limit int, resume func()) ([]*kgo.Record, bool) {
+	for {
+		if p.stopping() {
+			return nil, false
+		}
+		p.qmu.Lock()
+		if len(p.queue) > 0 {
+			k := min(n, len(p.queue))
+			batch := p.queue[:k:k]
+			p.queue = p.queue[k:]
+			if len(p.queue) == 0 {
+				p.queue = nil
+			}
+			if p.paused && len(p.queue) <= limit/2 {
+				p.paused = false
+				resume()
+			}
+			p.qmu.Unlock()
+			return batch, true
+		}
+		p.qmu.Unlock()
+		select {
+		case <-p.wake:
+		case <-p.stop:
+			return nil, false
+		}
+	}
+}
+
+// sleep waits for d, and reports false if the worker must stop first.
+func (p *partition) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.stop:
+		return false
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+// work is the partition's worker: it processes the partition's records in
+// offset order, a batch at a time, until it is stopped.
+func (c *Consumer[TTx]) work(p *partition) {
+	defer close(p.done)
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	resume := func() { c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}}) }
+	for {
+		batch, ok := p.take(c.cfg.MaxBatch, c.cfg.MaxBuffered, resume)
+		if !ok {
+			return
+		}
+		for len(batch) > 0 {
+			n, wait := c.attempt(p, batch)
+			batch = batch[n:]
+			if n > 0 {
+				bo.reset()
+			}
+			if len(batch) == 0 {
+				break
+			}
+			if p.stopping() {
+				return
+			}
+			if wait && !p.sleep(bo.next()) {
+				return
+			}
+		}
+	}
+}
+
+// attempt tries recs once, in order. It returns how many records from the
+// start are done (applied, duplicates, or dead-lettered) and whether to
+// back off before trying the rest. It marks the done records for commit.
+func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wait bool) {
+	ctx := p.ctx
+	msgs := make([]inbox.Message, len(recs))
+	results := make([]inbox.BatchResult, len(recs))
+	keyed := make([]bool, len(recs))
+	batch := make([]inbox.Message, 0, len(recs))
+	at := make([]int, 0, len(recs))
+	for i, r := range recs {
+		msgs[i] = message(r)
+		id, err := c.client.Key(c.cfg.Key, msgs[i])
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		msgs[i].ID = id
+		keyed[i] = true
+		batch = append(batch, msgs[i])
+		at = append(at, i)
+	}
+	if len(batch) > 0 {
+		rs, err := c.client.ProcessBatchOrdered(ctx, c.cfg.Consumer, batch, c.handler)
+		for k, i := range at {
+			if err != nil {
+				results[i].Err = err
+			} else {
+				results[i] = rs[k]
+			}
+		}
+	}
+	defer func() {
+		if done > 0 {
+			// The records are in the database (or the dead-letter
+			// table); the offset is not committed yet.
+			fault.Inject(ctx, fault.AfterCommitBeforeAck)
+			c.mark(p, recs[done-1])
+		}
+	}()
+	for i, r := range recs {
+		res := results[i]
+		if res.Err == nil {
+			n := p.attempts[r.Offset]
+			delete(p.attempts, r.Offset)
+			c.report(Result{Record: r, ID: msgs[i].ID, Outcome: res.Outcome, Attempts: n})
+			done++
+			continue
+		}
+		if ctx.Err() != nil {
+			// Abandoned: the failure is the cancellation's, not the
+			// record's.
+			return done, false
+		}
+		switch {
+		case !keyed[i]:
+			if !c.deadLetter(p, r, msgs[i], res.Err, inbox.DeadLetterReason(res.Err), 0) {
+				return done, true
+			}
+		case inbox.IsPermanent(res.Err):
+			if !c.deadLetter(p, r, msgs[i], res.Err, inbox.DeadLetterReason(res.Err), p.attempts[r.Offset]+1) {
+				return done, true
+			}
+		case errors.Is(res.Err, inbox.ErrNotAttempted):
+			// An earlier record failed and was dead-lettered just
+			// now: try the rest at once.
+			return done, false
+		case errors.Is(res.Err, inbox.ErrUnavailable), errors.Is(res.Err, inbox.ErrLockTimeout):
+			// The store is unreachable, or another delivery of the
+			// same id holds its row: not the record's fault, so not
+			// an attempt and never a reason to dead-letter.
+			c.logger.WarnContext(ctx, "inboxkafka: store unavailable; pausing the partition before trying again",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", res.Err)
+			c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Attempts: p.attempts[r.Offset]})
+			return done, true
+		default:
+			p.attempts[r.Offset]++
+			n := p.attempts[r.Offset]
+			if n < c.cfg.MaxAttempts {
+				c.logger.DebugContext(ctx, "inboxkafka: record failed; trying again after a backoff",
+					"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", n, "err", res.Err)
+				c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Attempts: n})
+				return done, true
+			}
+			if !c.deadLetter(p, r, msgs[i], res.Err, inbox.ReasonMaxAttempts, n) {
+				return done, true
+			}
+		}
+		delete(p.attempts, r.Offset)
+		done++
+	}
+	return done, false
+}
+
+func (c *Consumer[TTx]) report(r Result) {
+	if c.cfg.OnResult != nil {
+		c.cfg.OnResult(r)
+	}
+}
