@@ -223,7 +223,6 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 		c.rollback(ctx, tx)
 		return nil, fmt.Errorf("commit: %w", c.classify(err))
 	}
-	fault.Inject(ctx, fault.AfterCommitBeforeAck)
 	return outcomes, nil
 }
 

@@ -61,7 +61,6 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		c.rollback(ctx, tx)
 		return 0, fmt.Errorf("commit: %w", c.classify(err))
 	}
-	fault.Inject(ctx, fault.AfterCommitBeforeAck)
 	return Applied, nil
 }
 

@@ -125,6 +125,8 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // runTransportConsumer runs the transport's adapter until ctx is done.
 func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[pgx.Tx], h inbox.Handler[pgx.Tx]) error {
 	switch f.transport {
+	case "kafka":
+		return runKafkaConsumer(ctx, f, client, h)
 	case "sqs":
 		return runSQSConsumer(ctx, f, client, h)
 	default:

@@ -24,6 +24,8 @@ type transport interface {
 
 func newTransport(ctx context.Context, cfg *Config) (transport, error) {
 	switch cfg.Transport {
+	case "kafka":
+		return newKafka(ctx, cfg)
 	case "sqs":
 		return newSQS(ctx, cfg)
 	default:

@@ -34,6 +34,7 @@ const (
 	// and before the commit.
 	AfterEffectBeforeCommit Point = "after-effect-before-commit"
 	// AfterCommitBeforeAck is after the commit and before the broker ack.
+	// The transport adapters, which own the ack, inject it.
 	AfterCommitBeforeAck Point = "after-commit-before-ack"
 	// MidBatch is between two messages' handlers inside a batch.
 	MidBatch Point = "mid-batch"
