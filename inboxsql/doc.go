@@ -4,11 +4,19 @@
 // Handlers receive the *sql.Tx of the message's transaction.
 //
 //	db, err := inboxsql.OpenSQLite("inbox.db")
-//	...
+//	if err != nil { ... }
 //	d, err := inboxsql.New(db, inboxsql.SQLite, nil)
-//	...
-//	if _, err := inboxmigrate.New(d).Up(ctx); err != nil { ... }
+//	if err != nil { ... }
+//	m, err := inboxmigrate.New(d)
+//	if err != nil { ... }
+//	if _, err := m.Up(ctx); err != nil { ... }
 //	client, err := inbox.NewClient(d, nil)
+//	if err != nil { ... }
+//	outcome, err := client.Process(ctx, "billing", msg, inbox.HandlerFunc[*sql.Tx](
+//		func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+//			_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance_cents = balance_cents + ? WHERE id = ?`, 100, "acct-1")
+//			return err
+//		}))
 //
 // The tables come from package inboxmigrate, rendered for the dialect. For
 // Postgres, package inboxpgx is the primary store: it pipelines the claim

@@ -119,9 +119,7 @@ func MySQLDatabase(t testing.TB) (string, string) {
 func MySQL(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	_, name := MySQLDatabase(t)
-	cfg := mysqlCfg.Clone()
-	cfg.DBName = name
-	db, err := sql.Open("mysql", cfg.FormatDSN())
+	db, err := sql.Open("mysql", MySQLDSN(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +127,16 @@ func MySQL(t testing.TB) (*sql.DB, string) {
 	// Registered after the drop, so it runs before it.
 	t.Cleanup(func() { db.Close() })
 	return db, name
+}
+
+// MySQLDSN returns the go-sql-driver DSN of database on the test server.
+func MySQLDSN(t testing.TB, database string) string {
+	t.Helper()
+	mysqlOnce.Do(mysqlSetup)
+	Require(t, "MySQL/MariaDB", mysqlErr)
+	cfg := mysqlCfg.Clone()
+	cfg.DBName = database
+	return cfg.FormatDSN()
 }
 
 // dropMySQLDatabase drops a test database. A failed test can leave a
