@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/internal/testdb"
 )
 
 func TestOpenSQLite(t *testing.T) {
@@ -175,5 +176,53 @@ func TestStatsTableBytes(t *testing.T) {
 				require.Greater(t, st.TableBytes, int64(8<<10))
 			}
 		})
+	}
+}
+
+// MySQL times do not move with the DSN's parseTime and loc, nor with the
+// session's time_zone: they are written and read as UTC text.
+func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
+	t.Parallel()
+	d, _ := engines[2].newDriver(t)
+	var name string
+	require.NoError(t, d.DB().QueryRow(`SELECT DATABASE()`).Scan(&name))
+	ctx := context.Background()
+	when := time.Date(2024, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	for i, params := range []string{"", "parseTime=true&loc=Asia%2FTokyo", "time_zone=%27-07%3A00%27", "parseTime=true&loc=Local"} {
+		dsn := testdb.MySQLDSN(t, name)
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		db, err := sql.Open("mysql", dsn+sep+params)
+		require.NoError(t, err)
+		defer db.Close()
+		dd, err := inboxsql.New(db, inboxsql.MariaDB, nil)
+		require.NoError(t, err)
+		consumer := "c" + string(rune('0'+i))
+		tx, ok, err := dd.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: consumer, ID: inboxtest.NewID(), Now: when})
+		require.NoError(t, err, params)
+		require.True(t, ok)
+		require.NoError(t, dd.Commit(ctx, tx))
+		// Every connection, whatever its settings, reads what each wrote.
+		for _, reader := range []*inboxsql.Driver{d, dd} {
+			st, err := reader.Stats(ctx)
+			require.NoError(t, err)
+			for _, c := range st.Consumers {
+				require.True(t, c.Oldest.Equal(when), "%s: %s oldest %v, want %v", params, c.Consumer, c.Oldest, when)
+			}
+		}
+		n, err := dd.PurgeCount(ctx, &inboxdriver.PurgeParams{Before: when.Add(time.Microsecond), Consumer: consumer})
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n, params)
+		n, err = dd.PurgeCount(ctx, &inboxdriver.PurgeParams{Before: when, Consumer: consumer})
+		require.NoError(t, err)
+		require.Equal(t, int64(0), n, params)
+
+		require.NoError(t, dd.DeadLetter(ctx, &inboxdriver.DeadLetter{Consumer: consumer, DedupKey: "k", Reason: "r", LastSeen: when}))
+		list, err := dd.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, list, 1)
+		require.True(t, list[0].FirstSeen.Equal(when), "%s: first seen %v", params, list[0].FirstSeen)
 	}
 }

@@ -155,7 +155,7 @@ func claimBatchReturning(ctx context.Context, tx *sql.Tx, query string, ids []st
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return claimed(ids, returned)
+	return markClaimed(ids, returned)
 }
 
 // claimBatchMariaDB claims with INSERT IGNORE … RETURNING, in chunks. IGNORE
@@ -194,7 +194,7 @@ func (d *Driver) claimBatchMariaDB(ctx context.Context, tx *sql.Tx, consumer str
 			return nil, err
 		}
 	}
-	out, err := claimed(ids, returned)
+	out, err := markClaimed(ids, returned)
 	if err != nil {
 		return nil, err
 	}

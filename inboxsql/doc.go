@@ -18,10 +18,23 @@
 //			return err
 //		}))
 //
-// The tables come from package inboxmigrate, rendered for the dialect. For
-// Postgres, package inboxpgx is the primary store: it pipelines the claim
-// with the BEGIN. Use this one where the application already speaks
-// database/sql.
+// The tables come from package inboxmigrate, rendered for the dialect.
+//
+// # Opening the database
+//
+//   - SQLite: [OpenSQLite] (see below). This package registers
+//     modernc.org/sqlite as "sqlite".
+//   - Postgres: register pgx's driver (import _
+//     "github.com/jackc/pgx/v5/stdlib") and sql.Open("pgx", url), or wrap
+//     a pool with stdlib.OpenDBFromPool. Package inboxpgx is the primary
+//     Postgres store: it sends the claim with the BEGIN in one round trip.
+//     Use this one where the application already speaks database/sql.
+//   - MySQL or MariaDB: sql.Open("mysql", dsn); this package registers
+//     go-sql-driver/mysql. Pass MariaDB for a MariaDB server (10.5 or
+//     later), MySQL otherwise. Times are stored in DATETIME(6) columns in
+//     UTC, and sent and read as text, so the DSN's parseTime and loc and
+//     the session's time_zone do not move them. The server must run in a
+//     strict sql_mode (the default since MySQL 5.7 and MariaDB 10.2.4).
 //
 // # Claims
 //

@@ -202,8 +202,8 @@ func (d *Driver) release(tx *sql.Tx) {
 	}
 }
 
-// claimed maps the ids a claim returned onto ids.
-func claimed(ids []string, returned []string) ([]bool, error) {
+// markClaimed maps the ids a claim returned onto ids.
+func markClaimed(ids []string, returned []string) ([]bool, error) {
 	at := make(map[string]int, len(ids))
 	for i, id := range ids {
 		at[id] = i
