@@ -73,8 +73,11 @@ func BenchmarkSQLiteClaim(b *testing.B) {
 		reportClaims(b, b.N)
 	})
 	b.Run("single/parallel", func(b *testing.B) {
-		// Concurrent writers serialise on SQLite's write lock.
-		c := benchClient(b, &inbox.Config{MaxConflictRetries: 100})
+		// Concurrent writers serialise on SQLite's write lock. A writer
+		// waits for it without a LockTimeout, up to the busy timeout,
+		// and a busy error is retried: on an overloaded machine an fsync
+		// can stall longer than the default LockTimeout.
+		c := benchClient(b, &inbox.Config{LockTimeout: -1, MaxConflictRetries: 100})
 		start := time.Now()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
