@@ -182,3 +182,52 @@ func TestDatabaseURLMistakes(t *testing.T) {
 	require.Contains(t, errOut, "cannot reach the database at 127.0.0.1:1/db")
 	require.False(t, strings.Contains(errOut, "secret"), "the password leaked")
 }
+
+// The SQL that 'migrate sql' prints, applied by another tool, makes a
+// schema the store works on, for each dialect.
+func TestMigrateSQLMakesAWorkingSchema(t *testing.T) {
+	for _, c := range []struct {
+		dialect string
+		open    func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables)
+	}{
+		{"sqlite", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+			db, err := inboxsql.OpenSQLite(filepath.Join(t.TempDir(), "inbox.db"))
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			return db, inboxsql.SQLite, inboxdriver.Tables{}
+		}},
+		{"mysql", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+			db, _ := testdb.MySQL(t)
+			return db, inboxsql.MariaDB, inboxdriver.Tables{}
+		}},
+		{"postgres", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+			db := stdlib.OpenDBFromPool(testdb.Pool(t))
+			t.Cleanup(func() { db.Close() })
+			return db, inboxsql.Postgres, inboxdriver.Tables{Schema: testdb.Schema(t)}
+		}},
+	} {
+		t.Run(c.dialect, func(t *testing.T) {
+			t.Parallel()
+			db, dialect, tables := c.open(t)
+			args := []string{"migrate", "sql", "--dialect", c.dialect}
+			if tables.Schema != "" {
+				args = append(args, "--schema", tables.Schema)
+			}
+			code, out, errOut := run(t, args...)
+			require.Equal(t, 0, code, errOut)
+			ctx := context.Background()
+			for _, stmt := range strings.Split(out, ";\n") {
+				if strings.TrimSpace(stmt) == "" {
+					continue
+				}
+				_, err := db.ExecContext(ctx, stmt)
+				require.NoError(t, err, stmt)
+			}
+			c := seedClient(t, db, dialect, tables)
+			id := inboxtest.NewID()
+			inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+			inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+			require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: id}, Err: inbox.ErrMalformedID}))
+		})
+	}
+}
