@@ -215,9 +215,15 @@ func TestMySQLClaimNeverStoresAnotherID(t *testing.T) {
 				claimed + "-and-more",           // truncated to a claimed id
 				"é" + inboxtest.NewID()[1:],     // not ASCII
 			} {
-				_, _, err := text.BeginClaim(ctx, claimParams(bad, time.Second))
+				tx, _, err := text.BeginClaim(ctx, claimParams(bad, time.Second))
+				if err == nil {
+					_ = text.Rollback(ctx, tx) // so that the failure leaves no lock behind
+				}
 				require.Error(t, err, "single claim of %q", bad)
-				_, _, err = text.BeginClaimBatch(ctx, batchParams([]string{fresh, bad}, time.Second))
+				tx, _, err = text.BeginClaimBatch(ctx, batchParams([]string{fresh, bad}, time.Second))
+				if err == nil {
+					_ = text.Rollback(ctx, tx)
+				}
 				require.Error(t, err, "batch claim of %q", bad)
 				require.Equal(t, inboxdriver.ClassOther, text.Classify(err))
 			}
