@@ -67,7 +67,7 @@ var migrations = []migration{
     processed_at  DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (consumer_name, message_id),
     KEY ` + s.index(s.t.Inbox, "processed_at_idx") + ` (processed_at)
-) ENGINE=InnoDB`,
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 				}
 			default: // SQLite: processed_at is Unix time in microseconds.
 				return []string{
@@ -122,20 +122,20 @@ var migrations = []migration{
     dedup_key        VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     message_id       VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NULL,
     transport        VARCHAR(32)  NOT NULL DEFAULT '',
-    queue            VARCHAR(1024) NOT NULL DEFAULT '',
+    queue            TEXT         NOT NULL,
     source_partition INT          NOT NULL DEFAULT 0,
     source_offset    BIGINT       NOT NULL DEFAULT 0,
-    broker_id        VARCHAR(255) NOT NULL DEFAULT '',
-    record_key       VARBINARY(4096) NULL,
+    broker_id        TEXT         NOT NULL,
+    record_key       MEDIUMBLOB   NULL,
     headers          LONGTEXT     NOT NULL,
     payload          LONGBLOB     NULL,
     reason           VARCHAR(64)  NOT NULL,
-    error_text       TEXT         NOT NULL,
+    error_text       MEDIUMTEXT   NOT NULL,
     attempts         INT          NOT NULL DEFAULT 0,
     first_seen_at    DATETIME(6)  NOT NULL,
     last_seen_at     DATETIME(6)  NOT NULL,
     UNIQUE KEY ` + s.index(s.t.DeadLetters, "dedup_key") + ` (consumer_name, dedup_key)
-) ENGINE=InnoDB`,
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 				}
 			default:
 				return []string{
@@ -261,7 +261,7 @@ func (s *schema) versionTable() []string {
     version    INT          NOT NULL PRIMARY KEY,
     name       VARCHAR(128) NOT NULL,
     applied_at DATETIME(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-) ENGINE=InnoDB`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`)
 	default:
 		stmts = append(stmts, `CREATE TABLE IF NOT EXISTS `+vt+` (
     version    INTEGER PRIMARY KEY,

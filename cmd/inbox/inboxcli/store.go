@@ -2,17 +2,21 @@ package inboxcli
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxsql"
 )
 
 // storeFlags are the flags that say which store and tables a command uses.
@@ -23,8 +27,8 @@ type storeFlags struct {
 }
 
 func (f *storeFlags) register(fs *flagSet) {
-	fs.StringVar(&f.databaseURL, "database-url", "", "the database (postgres://…); defaults to $DATABASE_URL, then the PG* variables")
-	fs.StringVar(&f.tables.Schema, "schema", "", "the schema that holds the inbox tables (default: the search_path)")
+	fs.StringVar(&f.databaseURL, "database-url", "", "the database: postgres://…, mysql://user:password@host:port/database, sqlite:PATH or file:PATH; defaults to $DATABASE_URL, then the PG* variables")
+	fs.StringVar(&f.tables.Schema, "schema", "", "the schema (the database, on MySQL) that holds the inbox tables (default: the search_path, or the URL's database)")
 	fs.StringVar(&f.tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
 	fs.StringVar(&f.idType, "id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
 }
@@ -68,9 +72,108 @@ func (f *storeFlags) open(ctx context.Context, e *Env) (*store, error) {
 	switch scheme {
 	case "", "postgres", "postgresql":
 		return f.openPostgres(ctx, raw)
+	case "sqlite":
+		// sqlite:PATH, and sqlite://PATH as some tools write it.
+		path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
+		return f.openSQLite(path)
+	case "file":
+		return f.openSQLite(raw)
+	case "mysql":
+		return f.openMySQL(ctx, raw)
 	default:
-		return nil, usagef("--database-url: unsupported scheme %q: want postgres://", scheme)
+		return nil, usagef("--database-url: unsupported scheme %q: want postgres://, mysql://, sqlite: or file:", scheme)
 	}
+}
+
+// openSQLite opens a SQLite database file, creating it if need be.
+func (f *storeFlags) openSQLite(path string) (*store, error) {
+	if path == "" {
+		return nil, usagef("--database-url: want sqlite:PATH, with the path of the database file")
+	}
+	db, err := inboxsql.OpenSQLite(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open the database at %s: %w", path, err)
+	}
+	return f.sqlStore(db, inboxsql.SQLite, path)
+}
+
+// openMySQL connects to MySQL or MariaDB, telling them apart by the
+// server's version.
+func (f *storeFlags) openMySQL(ctx context.Context, raw string) (*store, error) {
+	dsn, where, err := mysqlDSN(raw)
+	if err != nil {
+		return nil, usagef("--database-url: %v", redactErr(err, raw))
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return nil, usagef("--database-url: %v", redactErr(err, raw))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var version string
+	if err := db.QueryRowContext(pctx, `SELECT VERSION()`).Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
+	}
+	dialect := inboxsql.MySQL
+	if strings.Contains(strings.ToLower(version), "mariadb") {
+		dialect = inboxsql.MariaDB
+	}
+	return f.sqlStore(db, dialect, where)
+}
+
+// mysqlDSN converts a mysql://user:password@host:port/database?param=value
+// URL to go-sql-driver's DSN. The parameters are the driver's.
+func mysqlDSN(raw string) (dsn, where string, err error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", "", err
+	}
+	cfg := mysql.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net = "tcp"
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "3306"
+	}
+	cfg.Addr = net.JoinHostPort(host, port)
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
+		return "", "", fmt.Errorf("%s: want mysql://user:password@host:port/database", u.Redacted())
+	}
+	dsn = cfg.FormatDSN()
+	if u.RawQuery != "" {
+		sep := "?"
+		if strings.Contains(dsn, "?") {
+			sep = "&"
+		}
+		dsn += sep + u.RawQuery
+		if _, err := mysql.ParseDSN(dsn); err != nil {
+			return "", "", err
+		}
+	}
+	return dsn, cfg.Addr + "/" + cfg.DBName, nil
+}
+
+// sqlStore wraps an open *sql.DB.
+func (f *storeFlags) sqlStore(db *sql.DB, dialect inboxsql.Dialect, where string) (*store, error) {
+	d, err := inboxsql.New(db, dialect, &inboxsql.Config{Tables: f.tables})
+	if err != nil {
+		db.Close()
+		return nil, usagef("%v", err)
+	}
+	return &store{
+		admin: d,
+		close: func() { db.Close() },
+		where: where,
+		newOps: func(cfg *inbox.Config) (ops, error) {
+			return inbox.NewClient(d, cfg)
+		},
+	}, nil
 }
 
 func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, error) {

@@ -1,0 +1,218 @@
+package inboxcli_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/stretchr/testify/require"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxsql"
+	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+// database is one store the CLI opens by URL.
+type database struct {
+	name string
+	// open returns the --database-url and extra flags of a fresh database,
+	// and a client on it to seed rows.
+	open func(t *testing.T) (url string, flags []string, seed *inbox.Client[*sql.Tx])
+}
+
+// seedClient returns a client over db, with a clock 40 days in the past.
+func seedClient(t *testing.T, db *sql.DB, dialect inboxsql.Dialect, tables inboxdriver.Tables) *inbox.Client[*sql.Tx] {
+	t.Helper()
+	d, err := inboxsql.New(db, dialect, &inboxsql.Config{Tables: tables})
+	require.NoError(t, err)
+	c, err := inbox.NewClient(d, &inbox.Config{ReplayHorizon: time.Hour, Now: func() time.Time { return time.Now().Add(-40 * 24 * time.Hour) }})
+	require.NoError(t, err)
+	return c
+}
+
+var databases = []database{
+	{"sqlite", func(t *testing.T) (string, []string, *inbox.Client[*sql.Tx]) {
+		path := filepath.Join(t.TempDir(), "inbox.db")
+		return "sqlite:" + path, nil, sqliteSeed(t, path)
+	}},
+	{"file", func(t *testing.T) (string, []string, *inbox.Client[*sql.Tx]) {
+		path := filepath.Join(t.TempDir(), "inbox.db")
+		return "file:" + path, nil, sqliteSeed(t, path)
+	}},
+	{"mysql", func(t *testing.T) (string, []string, *inbox.Client[*sql.Tx]) {
+		url, name := testdb.MySQLDatabase(t)
+		db, err := sql.Open("mysql", testdb.MySQLDSN(t, name))
+		require.NoError(t, err)
+		t.Cleanup(func() { db.Close() })
+		return url, nil, seedClient(t, db, inboxsql.MariaDB, inboxdriver.Tables{})
+	}},
+	{"postgres", func(t *testing.T) (string, []string, *inbox.Client[*sql.Tx]) {
+		url := testdb.URL(t)
+		schema := testdb.Schema(t)
+		db := stdlib.OpenDBFromPool(testdb.Pool(t))
+		t.Cleanup(func() { db.Close() })
+		return url, []string{"--schema", schema}, seedClient(t, db, inboxsql.Postgres, inboxdriver.Tables{Schema: schema})
+	}},
+}
+
+func sqliteSeed(t *testing.T, path string) *inbox.Client[*sql.Tx] {
+	t.Helper()
+	db, err := inboxsql.OpenSQLite(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { db.Close() })
+	return seedClient(t, db, inboxsql.SQLite, inboxdriver.Tables{})
+}
+
+var noop = inbox.HandlerFunc[*sql.Tx](func(context.Context, *sql.Tx, inbox.Message) error { return nil })
+
+// Every command works on every scheme of --database-url.
+func TestCommandsOnEachDatabase(t *testing.T) {
+	for _, db := range databases {
+		t.Run(db.name, func(t *testing.T) {
+			t.Parallel()
+			url, flags, seed := db.open(t)
+			with := func(args ...string) []string {
+				return append(append(args, "--database-url", url), flags...)
+			}
+			code, out, errOut := run(t, nil, with("migrate", "up")...)
+			require.Equal(t, 0, code, errOut)
+			require.Equal(t, "applied 001_inbox\napplied 002_dead_letters\n", out)
+			code, out, errOut = run(t, nil, with("migrate", "up")...)
+			require.Equal(t, 0, code, errOut)
+			require.Equal(t, "up to date at version 002\n", out)
+			code, out, errOut = run(t, nil, with("migrate", "status")...)
+			require.Equal(t, 0, code, errOut)
+			require.Regexp(t, `(?m)^001_inbox\s+applied\n002_dead_letters\s+applied\n$`, out)
+
+			code, out, errOut = run(t, nil, with("stats", "--json")...)
+			require.Equal(t, 0, code, errOut)
+			var st struct {
+				Consumers []struct {
+					Consumer string `json:"consumer"`
+					Rows     int64  `json:"rows"`
+				} `json:"consumers"`
+				TableBytes int64 `json:"table_bytes"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(out), &st))
+			require.Empty(t, st.Consumers)
+
+			// Two messages applied 40 days ago.
+			kept, purged := inboxtest.NewID(), inboxtest.NewID()
+			ctx := context.Background()
+			for _, id := range []string{kept, purged} {
+				inboxtest.RequireApplied(t)(seed.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+			}
+			code, out, errOut = run(t, nil, with("stats", "--json")...)
+			require.Equal(t, 0, code, errOut)
+			require.NoError(t, json.Unmarshal([]byte(out), &st))
+			require.Len(t, st.Consumers, 1)
+			require.Equal(t, "billing", st.Consumers[0].Consumer)
+			require.Equal(t, int64(2), st.Consumers[0].Rows)
+			require.NotZero(t, st.TableBytes)
+			code, out, errOut = run(t, nil, with("stats")...)
+			require.Equal(t, 0, code, errOut)
+			require.Regexp(t, `(?m)^billing +2 +40d ago +40d ago$`, out)
+			require.Contains(t, out, "table size: ")
+
+			code, out, errOut = run(t, nil, with("forget", "--consumer", "billing", "--id", kept)...)
+			require.Equal(t, 0, code, errOut)
+			require.Contains(t, out, "forgot billing/"+kept)
+			code, _, errOut = run(t, nil, with("forget", "--consumer", "billing", "--id", kept)...)
+			require.Equal(t, 1, code)
+			require.Contains(t, errOut, "not found")
+
+			code, out, errOut = run(t, nil, with("purge", "--older-than", "30d", "--dry-run")...)
+			require.Equal(t, 0, code, errOut)
+			require.Equal(t, "would purge 1 rows older than 30d\n", out)
+			code, out, errOut = run(t, nil, with("purge", "--older-than", "30d")...)
+			require.Equal(t, 0, code, errOut)
+			require.Equal(t, "purged 1 rows older than 30d\n", out)
+			inboxtest.RequireApplied(t)(seed.Process(ctx, "billing", inbox.Message{ID: purged}, noop))
+
+			code, out, errOut = run(t, nil, with("migrate", "down", "--to", "0")...)
+			require.Equal(t, 0, code, errOut)
+			require.Equal(t, "reverted 002_dead_letters\nreverted 001_inbox\n", out)
+			code, out, errOut = run(t, nil, with("migrate", "status")...)
+			require.Equal(t, 0, code, errOut)
+			require.Regexp(t, `(?m)^001_inbox\s+pending\n002_dead_letters\s+pending\n$`, out)
+		})
+	}
+}
+
+func TestDatabaseURLMistakes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, want string }{
+		{"oracle://db", `unsupported scheme "oracle"`},
+		{"sqlite:", "want sqlite:PATH"},
+		{"mysql://root:secret@127.0.0.1:3306", "want mysql://user:password@host:port/database"},
+		{"mysql://root:secret@127.0.0.1:3306/db?parseTime=maybe", "invalid bool value"},
+	} {
+		code, _, errOut := run(t, nil, "stats", "--database-url", c.url)
+		require.Equal(t, 2, code, c.url)
+		require.Contains(t, errOut, c.want, c.url)
+		require.NotContains(t, errOut, "secret", "the password leaked")
+	}
+	code, _, errOut := run(t, nil, "stats", "--database-url", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--schema", "s")
+	require.Equal(t, 2, code)
+	require.Contains(t, errOut, "SQLite has no schemas")
+	code, _, errOut = run(t, nil, "stats", "--database-url", "mysql://root:secret@127.0.0.1:1/db")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "cannot reach the database at 127.0.0.1:1/db")
+	require.False(t, strings.Contains(errOut, "secret"), "the password leaked")
+}
+
+// The SQL that 'migrate sql' prints, applied by another tool, makes a
+// schema the store works on, for each dialect.
+func TestMigrateSQLMakesAWorkingSchema(t *testing.T) {
+	for _, c := range []struct {
+		dialect string
+		open    func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables)
+	}{
+		{"sqlite", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+			db, err := inboxsql.OpenSQLite(filepath.Join(t.TempDir(), "inbox.db"))
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			return db, inboxsql.SQLite, inboxdriver.Tables{}
+		}},
+		{"mysql", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+			db, _ := testdb.MySQL(t)
+			return db, inboxsql.MariaDB, inboxdriver.Tables{}
+		}},
+		{"postgres", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+			db := stdlib.OpenDBFromPool(testdb.Pool(t))
+			t.Cleanup(func() { db.Close() })
+			return db, inboxsql.Postgres, inboxdriver.Tables{Schema: testdb.Schema(t)}
+		}},
+	} {
+		t.Run(c.dialect, func(t *testing.T) {
+			t.Parallel()
+			db, dialect, tables := c.open(t)
+			args := []string{"migrate", "sql", "--dialect", c.dialect}
+			if tables.Schema != "" {
+				args = append(args, "--schema", tables.Schema)
+			}
+			code, out, errOut := run(t, nil, args...)
+			require.Equal(t, 0, code, errOut)
+			ctx := context.Background()
+			for _, stmt := range strings.Split(out, ";\n") {
+				if strings.TrimSpace(stmt) == "" {
+					continue
+				}
+				_, err := db.ExecContext(ctx, stmt)
+				require.NoError(t, err, stmt)
+			}
+			c := seedClient(t, db, dialect, tables)
+			id := inboxtest.NewID()
+			inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+			inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+			require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: id}, Err: inbox.ErrMalformedID}))
+		})
+	}
+}

@@ -1,0 +1,120 @@
+package inboxsql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Classify implements inboxdriver.Admin.
+func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
+	if err == nil {
+		return inboxdriver.ClassOther
+	}
+	var lw *lockWaitError
+	if errors.As(err, &lw) {
+		return inboxdriver.ClassLockTimeout
+	}
+	var class inboxdriver.ErrorClass
+	switch d.dialect {
+	case SQLite:
+		class = classifySQLite(err)
+	case Postgres:
+		class = classifyPostgres(err)
+	default:
+		class = classifyMySQL(err)
+	}
+	if class != inboxdriver.ClassOther {
+		return class
+	}
+	if unavailable(err) {
+		return inboxdriver.ClassUnavailable
+	}
+	return inboxdriver.ClassOther
+}
+
+func classifySQLite(err error) inboxdriver.ErrorClass {
+	code, ok := sqliteCode(err)
+	if !ok {
+		return inboxdriver.ClassOther
+	}
+	switch code & 0xff {
+	case sqliteBusy, sqliteLocked:
+		// Another connection holds the lock (and the busy timeout ran
+		// out), or this transaction's snapshot is stale
+		// (SQLITE_BUSY_SNAPSHOT): run the transaction again.
+		return inboxdriver.ClassConflict
+	case sqliteCantOpen, sqliteIOErr, sqliteFull, sqliteNotADB, sqliteCorrupt,
+		sqliteProtocol, sqliteNoMem, sqliteReadOnly, sqlitePerm:
+		// The file cannot be opened, read or written: no message is at
+		// fault.
+		return inboxdriver.ClassUnavailable
+	}
+	return inboxdriver.ClassOther
+}
+
+func classifyPostgres(err error) inboxdriver.ErrorClass {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		code := st.SQLState()
+		switch {
+		case code == "40001", code == "40P01":
+			return inboxdriver.ClassConflict
+		case code == "55P03":
+			return inboxdriver.ClassLockTimeout
+		case strings.HasPrefix(code, "08"), // connection exception
+			code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
+			code == "53300": // too many connections
+			return inboxdriver.ClassUnavailable
+		}
+		return inboxdriver.ClassOther
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
+		return inboxdriver.ClassUnavailable
+	}
+	return inboxdriver.ClassOther
+}
+
+func classifyMySQL(err error) inboxdriver.ErrorClass {
+	if n, ok := mysqlErrorNumber(err); ok {
+		switch n {
+		case mysqlDeadlock, mysqlRecordChanged:
+			return inboxdriver.ClassConflict
+		case mysqlLockWaitTimeout:
+			return inboxdriver.ClassLockTimeout
+		case mysqlTooManyConns, mysqlShutdown, mysqlReadOnly, mysqlConnectionKilled:
+			return inboxdriver.ClassUnavailable
+		}
+		return inboxdriver.ClassOther
+	}
+	if errors.Is(err, mysql.ErrInvalidConn) {
+		return inboxdriver.ClassUnavailable
+	}
+	return inboxdriver.ClassOther
+}
+
+// unavailable reports the errors of a connection that broke or could not
+// be made, whatever the driver. A done context is the caller's, not the
+// store's, even though its deadline error is a net.Error.
+func unavailable(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var netErr net.Error
+	return errors.Is(err, driver.ErrBadConn) ||
+		errors.Is(err, sql.ErrConnDone) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.As(err, &netErr)
+}

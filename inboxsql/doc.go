@@ -1,0 +1,113 @@
+// Package inboxsql is the inbox's store over database/sql, with one dialect
+// per engine: SQLite (modernc.org/sqlite, pure Go: the embedded default),
+// Postgres (pgx's stdlib), and MySQL or MariaDB (go-sql-driver/mysql).
+// Handlers receive the *sql.Tx of the message's transaction.
+//
+//	db, err := inboxsql.OpenSQLite("inbox.db")
+//	if err != nil { ... }
+//	d, err := inboxsql.New(db, inboxsql.SQLite, nil)
+//	if err != nil { ... }
+//	m, err := inboxmigrate.New(d)
+//	if err != nil { ... }
+//	if _, err := m.Up(ctx); err != nil { ... }
+//	client, err := inbox.NewClient(d, nil)
+//	if err != nil { ... }
+//	outcome, err := client.Process(ctx, "billing", msg, inbox.HandlerFunc[*sql.Tx](
+//		func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+//			_, err := tx.ExecContext(ctx, `UPDATE accounts SET balance_cents = balance_cents + ? WHERE id = ?`, 100, "acct-1")
+//			return err
+//		}))
+//
+// The tables come from package inboxmigrate, rendered for the dialect.
+//
+// # Opening the database
+//
+//   - SQLite: [OpenSQLite] (see below). This package registers
+//     modernc.org/sqlite as "sqlite".
+//   - Postgres: register pgx's driver (import _
+//     "github.com/jackc/pgx/v5/stdlib") and sql.Open("pgx", url), or wrap
+//     a pool with stdlib.OpenDBFromPool. Package inboxpgx is the primary
+//     Postgres store: it sends the claim with the BEGIN in one round trip.
+//     Use this one where the application already speaks database/sql.
+//   - MySQL or MariaDB: sql.Open("mysql", dsn); this package registers
+//     go-sql-driver/mysql. Pass MariaDB for a MariaDB server (10.5 or
+//     later), MySQL otherwise. Times are stored in DATETIME(6) columns in
+//     UTC, and sent and read as text, so the DSN's parseTime and loc and
+//     the session's time_zone do not move them. The server must run in a
+//     strict sql_mode (the default since MySQL 5.7 and MariaDB 10.2.4).
+//
+// # Claims
+//
+// The claim is the first statement of the message's transaction:
+//
+//   - SQLite and Postgres: INSERT … ON CONFLICT DO NOTHING RETURNING. A
+//     batch is one statement over json_each (SQLite) or unnest (Postgres).
+//   - MySQL and MariaDB: a plain INSERT, whose duplicate-key error (1062)
+//     means the row exists. It is not INSERT IGNORE, which would also turn
+//     a truncated or converted value into a warning and claim a different
+//     id than the one asked for. MariaDB checks each RETURNING row against
+//     the id it asked for besides.
+//   - MariaDB batch: INSERT IGNORE … RETURNING, which returns exactly the
+//     rows it inserted. Every returned row must be an id that was asked for,
+//     and every id that was not returned must be found, exactly, as an
+//     existing row (a locking read, only when there were duplicates);
+//     otherwise the claim fails and rolls back. So a warning that IGNORE
+//     swallowed can never pass for a claim or for a duplicate.
+//   - MySQL batch: one plain INSERT per id, in the same transaction, since
+//     MySQL has no RETURNING and affected rows alone cannot say which ids
+//     were new.
+//
+// # Concurrent duplicates
+//
+// A second delivery of a message whose first delivery is still in flight:
+//
+//   - Postgres, MySQL and MariaDB: the second claim waits on the first
+//     transaction's uncommitted row (the unique key is the lock), then is a
+//     Duplicate when the first commits, or claims and applies when the first
+//     rolls back. The client's LockTimeout bounds the wait; past it the claim
+//     fails with inbox.ErrLockTimeout and the message is retried later. On
+//     Postgres the bound is lock_timeout, set for the claim only. On MariaDB
+//     it is innodb_lock_wait_timeout, set for the claim statement alone
+//     (SET STATEMENT … FOR); on MySQL it is set around the claim and
+//     restored. Both count whole seconds: a LockTimeout under a second waits
+//     one second. A deadlock (1213) is retried by the client as a conflict.
+//   - SQLite: writers are serialised by the database's single write lock,
+//     so the second delivery waits for the write lock, whoever holds it,
+//     with SQLite's busy handler, and then finds the row and is a
+//     Duplicate, or claims it when the first rolled back. The wait is
+//     bounded by LockTimeout, applied as the connection's busy_timeout for
+//     the BEGIN and the claim only (and restored after); past it the claim
+//     fails with inbox.ErrLockTimeout. With no LockTimeout the connection's
+//     own busy_timeout bounds the wait, and a busy error (SQLITE_BUSY) is a
+//     conflict that the client retries, with backoff, from the BEGIN.
+//     Because the lock is database-wide, on SQLite a LockTimeout also runs
+//     out behind a long transaction of another message: keep handlers short.
+//
+// # SQLite
+//
+// [OpenSQLite] opens a database file the way this store expects: WAL mode,
+// so that readers do not block the writer; a busy timeout, so that a writer
+// waits for the write lock instead of failing at once; synchronous=FULL,
+// so that a commit is durable before the message is acked; and BEGIN
+// IMMEDIATE for every read-write transaction, so that a transaction takes
+// the write lock at its start. A transaction that began DEFERRED, read, and
+// then tried to write would fail with SQLITE_BUSY_SNAPSHOT without waiting,
+// whenever another connection wrote in between. If you open the database
+// yourself, use the same settings.
+//
+// SQLite has no advisory locks. The lock that picks one cleaner
+// (inbox.Client.RunCleaner) is held within the Driver's process only; two
+// processes may each purge at once, which is harmless: every purge batch is
+// a short write transaction, and the write lock serialises them. Migrations
+// run inside one BEGIN IMMEDIATE transaction, which excludes every other
+// migrator, in any process.
+//
+// # Errors
+//
+// [Driver.Classify] maps the engine's errors for the client:
+// serialization failures, deadlocks and SQLITE_BUSY are conflicts, retried
+// from the claim; lock-wait timeouts are inbox.ErrLockTimeout; a broken
+// connection, a server shutting down or refusing connections, and an
+// unreadable SQLite file are inbox.ErrUnavailable, never a reason to
+// dead-letter.
+package inboxsql

@@ -1,0 +1,229 @@
+package inboxsql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Dialect is the SQL engine behind a *sql.DB.
+type Dialect string
+
+// The dialects. MySQL and MariaDB share their schema, but MariaDB's
+// RETURNING and SET STATEMENT make its claims cheaper.
+const (
+	// SQLite is SQLite 3.35 or later, through modernc.org/sqlite (or any
+	// database/sql driver for SQLite whose errors have a Code() int method).
+	SQLite Dialect = "sqlite"
+	// Postgres is PostgreSQL 12 or later, through pgx's stdlib.
+	Postgres Dialect = "postgres"
+	// MySQL is MySQL 8.0 or later, through go-sql-driver/mysql.
+	MySQL Dialect = "mysql"
+	// MariaDB is MariaDB 10.5 or later, through go-sql-driver/mysql.
+	MariaDB Dialect = "mariadb"
+)
+
+// schema returns the dialect of the SQL schema, for inboxmigrate.
+func (d Dialect) schema() inboxdriver.Dialect {
+	switch d {
+	case SQLite:
+		return inboxdriver.DialectSQLite
+	case Postgres:
+		return inboxdriver.DialectPostgres
+	default:
+		return inboxdriver.DialectMySQL
+	}
+}
+
+func (d Dialect) mysql() bool { return d == MySQL || d == MariaDB }
+
+// Config configures a Driver. The zero value is valid.
+type Config struct {
+	// Tables names the tables, their schema (the database, on MySQL), and
+	// the type of the id column. SQLite has no schemas. Defaults to the
+	// default names in the connection's default schema, with uuid ids.
+	Tables inboxdriver.Tables
+
+	// TxOptions are the options of the transactions the driver begins for
+	// Process and ProcessBatch. Defaults to nil: the database's default
+	// isolation level.
+	TxOptions *sql.TxOptions
+}
+
+// Driver is the inbox store over a *sql.DB. It is safe for concurrent use.
+type Driver struct {
+	db        *sql.DB
+	dialect   Dialect
+	tables    inboxdriver.Tables
+	txOptions *sql.TxOptions
+	q         *queries
+
+	// pinned holds, on SQLite, the connection of each transaction that
+	// BeginClaim began, to return it to the pool when the transaction ends.
+	pinned sync.Map // *sql.Tx -> *sql.Conn
+
+	// locks are the WithLock locks held in this process, on SQLite.
+	locksMu sync.Mutex
+	locks   map[string]bool
+}
+
+var _ inboxdriver.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a driver over db, which speaks dialect. config may be nil.
+func New(db *sql.DB, dialect Dialect, config *Config) (*Driver, error) {
+	if db == nil {
+		return nil, errors.New("inboxsql: db is nil")
+	}
+	switch dialect {
+	case SQLite, Postgres, MySQL, MariaDB:
+	default:
+		return nil, fmt.Errorf("inboxsql: unknown dialect %q: want %q, %q, %q or %q", dialect, SQLite, Postgres, MySQL, MariaDB)
+	}
+	var cfg Config
+	if config != nil {
+		cfg = *config
+	}
+	t := cfg.Tables.WithDefaults()
+	if err := t.Validate(dialect.schema()); err != nil {
+		return nil, err
+	}
+	return &Driver{
+		db:        db,
+		dialect:   dialect,
+		tables:    t,
+		txOptions: cfg.TxOptions,
+		q:         newQueries(dialect, t),
+		locks:     map[string]bool{},
+	}, nil
+}
+
+// DB returns the driver's database.
+func (d *Driver) DB() *sql.DB { return d.db }
+
+// SQLDialect returns the driver's dialect.
+func (d *Driver) SQLDialect() Dialect { return d.dialect }
+
+// Dialect implements inboxdriver.Admin. MySQL and MariaDB are both
+// inboxdriver.DialectMySQL.
+func (d *Driver) Dialect() inboxdriver.Dialect { return d.dialect.schema() }
+
+// Tables implements inboxdriver.Admin.
+func (d *Driver) Tables() inboxdriver.Tables { return d.tables }
+
+// BeginClaim implements inboxdriver.Driver.
+func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*sql.Tx, bool, error) {
+	var claimed bool
+	tx, err := d.begin(ctx, p.LockTimeout, func(tx *sql.Tx, bounded bool) error {
+		var err error
+		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.Now, p.LockTimeout, bounded)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return tx, claimed, nil
+}
+
+// BeginClaimBatch implements inboxdriver.Driver.
+func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (*sql.Tx, []bool, error) {
+	var claimed []bool
+	tx, err := d.begin(ctx, p.LockTimeout, func(tx *sql.Tx, bounded bool) error {
+		var err error
+		claimed, err = d.claimBatch(ctx, tx, p.Consumer, p.IDs, p.Now, p.LockTimeout, bounded)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return tx, claimed, nil
+}
+
+// Claim implements inboxdriver.Driver, inside the caller's transaction.
+func (d *Driver) Claim(ctx context.Context, tx *sql.Tx, p *inboxdriver.ClaimParams) (bool, error) {
+	if d.dialect != SQLite || p.LockTimeout <= 0 {
+		return d.claim(ctx, tx, p.Consumer, p.ID, p.Now, p.LockTimeout, false)
+	}
+	// The caller's transaction may have begun DEFERRED, in which case the
+	// claim is what waits for the write lock: bound that wait.
+	var claimed bool
+	err := withBusyTimeout(ctx, tx, p.LockTimeout, func() error {
+		var err error
+		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.Now, p.LockTimeout, true)
+		return err
+	})
+	return claimed, err
+}
+
+// begin begins a transaction and runs claim in it. bounded tells claim
+// that the dialect's lock wait is already bounded by lockTimeout (SQLite's
+// busy timeout). On error the transaction is rolled back.
+func (d *Driver) begin(ctx context.Context, lockTimeout time.Duration, claim func(tx *sql.Tx, bounded bool) error) (*sql.Tx, error) {
+	if d.dialect == SQLite && lockTimeout > 0 {
+		return d.beginSQLite(ctx, lockTimeout, claim)
+	}
+	tx, err := d.db.BeginTx(ctx, d.txOptions)
+	if err != nil {
+		return nil, err
+	}
+	if err := claim(tx, false); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return tx, nil
+}
+
+// Commit implements inboxdriver.Driver.
+func (d *Driver) Commit(ctx context.Context, tx *sql.Tx) error {
+	err := tx.Commit()
+	d.release(tx)
+	return err
+}
+
+// Rollback implements inboxdriver.Driver.
+func (d *Driver) Rollback(ctx context.Context, tx *sql.Tx) error {
+	err := tx.Rollback()
+	d.release(tx)
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// release returns the connection that BeginClaim pinned for tx, if any, to
+// the pool.
+func (d *Driver) release(tx *sql.Tx) {
+	if c, ok := d.pinned.LoadAndDelete(tx); ok {
+		_ = c.(*sql.Conn).Close()
+	}
+}
+
+// markClaimed maps the ids a claim returned onto ids.
+func markClaimed(ids []string, returned []string) ([]bool, error) {
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
+	out := make([]bool, len(ids))
+	for _, id := range returned {
+		i, ok := at[id]
+		if !ok {
+			return nil, fmt.Errorf("inboxsql: the claim stored id %q, which was not asked for", id)
+		}
+		if out[i] {
+			return nil, fmt.Errorf("inboxsql: the claim returned id %q twice", id)
+		}
+		out[i] = true
+	}
+	return out, nil
+}
+
+// ctxWithoutCancel is the context of cleanups that must run even when ctx
+// is cancelled, bounded in time.
+func ctxWithoutCancel(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}

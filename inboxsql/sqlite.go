@@ -1,0 +1,211 @@
+package inboxsql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+)
+
+// DefaultSQLiteBusyTimeout is how long a connection that OpenSQLite opened
+// waits for a lock that another connection holds, such as the write lock,
+// before it fails with SQLITE_BUSY. A claim waits for Config.LockTimeout
+// instead.
+const DefaultSQLiteBusyTimeout = 5 * time.Second
+
+// OpenSQLite opens the SQLite database file at path, creating it if need
+// be, through modernc.org/sqlite, with the settings this store needs:
+//
+//   - journal_mode=WAL: readers do not block the writer, nor it them;
+//   - busy_timeout=DefaultSQLiteBusyTimeout: a connection waits for a lock
+//     rather than failing at once with SQLITE_BUSY;
+//   - synchronous=FULL: a commit is on disk before it returns, so a message
+//     is never acked for a commit that a power cut can undo;
+//   - BEGIN IMMEDIATE (_txlock=immediate) for every read-write transaction:
+//     a transaction takes the write lock when it begins, waiting for it
+//     under the busy timeout, so that it cannot fail halfway with
+//     SQLITE_BUSY_SNAPSHOT when it first writes after another connection
+//     did.
+//
+// path is a file path, or a "file:" URI whose parameters are kept. An
+// in-memory database is refused: each connection of the pool would see its
+// own. The returned *sql.DB is the application's too: use it for the
+// handlers' own statements, through the transaction they receive.
+func OpenSQLite(path string) (*sql.DB, error) {
+	dsn, err := sqliteDSN(path)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("inboxsql: open SQLite database %s: %w", path, err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		db.Close()
+		return nil, fmt.Errorf("inboxsql: open SQLite database %s: journal mode is %q, not WAL", path, mode)
+	}
+	return db, nil
+}
+
+func sqliteDSN(path string) (string, error) {
+	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate",
+		DefaultSQLiteBusyTimeout.Milliseconds())
+	rest, isURI := strings.CutPrefix(path, "file:")
+	name, query, _ := strings.Cut(rest, "?")
+	switch {
+	case path == "" || name == "":
+		return "", errors.New("inboxsql: OpenSQLite: the path is empty")
+	case name == ":memory:" || strings.Contains(query, "mode=memory"):
+		return "", fmt.Errorf("inboxsql: OpenSQLite %q: an in-memory database is private to one connection of the pool: use a file", path)
+	case !isURI && query != "":
+		return "", fmt.Errorf("inboxsql: OpenSQLite %q: a path with '?' must be written as a file: URI", path)
+	}
+	if query != "" {
+		return path + "&" + params, nil
+	}
+	return path + "?" + params, nil
+}
+
+// SQLite result codes this package tells apart; an extended code carries
+// its primary code in its low byte.
+const (
+	sqlitePerm     = 3
+	sqliteBusy     = 5
+	sqliteLocked   = 6
+	sqliteNoMem    = 7
+	sqliteReadOnly = 8
+	sqliteIOErr    = 10
+	sqliteCorrupt  = 11
+	sqliteFull     = 13
+	sqliteCantOpen = 14
+	sqliteProtocol = 15
+	sqliteNotADB   = 26
+)
+
+// sqliteCode returns the SQLite result code of err, if it has one.
+func sqliteCode(err error) (int, bool) {
+	var c interface{ Code() int }
+	if errors.As(err, &c) {
+		return c.Code(), true
+	}
+	return 0, false
+}
+
+// sqliteLockWait turns a busy error (the plain SQLITE_BUSY of a wait that
+// ran out, not SQLITE_BUSY_SNAPSHOT) into a lockWaitError.
+func sqliteLockWait(err error, timeout time.Duration) error {
+	if code, ok := sqliteCode(err); ok && code == sqliteBusy {
+		return &lockWaitError{timeout: timeout, err: err}
+	}
+	return err
+}
+
+// beginSQLite begins a transaction whose wait for the write lock, in its
+// BEGIN IMMEDIATE or else in its claim, is bounded by lockTimeout: on one
+// pinned connection, it sets busy_timeout to lockTimeout, begins, claims,
+// and restores busy_timeout. The connection goes back to the pool when the
+// transaction ends, in Commit or Rollback.
+func (d *Driver) beginSQLite(ctx context.Context, lockTimeout time.Duration, claim func(tx *sql.Tx, bounded bool) error) (*sql.Tx, error) {
+	conn, err := d.db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	saved, err := busyTimeout(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := setBusyTimeout(ctx, conn, busyMillis(lockTimeout)); err != nil {
+		discard(conn)
+		return nil, err
+	}
+	tx, err := conn.BeginTx(ctx, d.txOptions)
+	if err == nil {
+		err = claim(tx, true)
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	} else {
+		err = sqliteLockWait(err, lockTimeout)
+	}
+	if err != nil {
+		cctx, cancel := ctxWithoutCancel(ctx)
+		defer cancel()
+		if rerr := setBusyTimeout(cctx, conn, saved); rerr != nil {
+			discard(conn)
+		} else {
+			conn.Close()
+		}
+		return nil, err
+	}
+	if err := setBusyTimeout(ctx, tx, saved); err != nil {
+		_ = tx.Rollback()
+		discard(conn)
+		return nil, err
+	}
+	d.pinned.Store(tx, conn)
+	return tx, nil
+}
+
+// withBusyTimeout runs fn with the busy timeout of q's connection set to
+// timeout, and restores it.
+func withBusyTimeout(ctx context.Context, q execQuerier, timeout time.Duration, fn func() error) error {
+	saved, err := busyTimeout(ctx, q)
+	if err != nil {
+		return err
+	}
+	if err := setBusyTimeout(ctx, q, busyMillis(timeout)); err != nil {
+		return err
+	}
+	err = fn()
+	cctx, cancel := ctxWithoutCancel(ctx)
+	defer cancel()
+	if rerr := setBusyTimeout(cctx, q, saved); rerr != nil && err == nil {
+		err = fmt.Errorf("inboxsql: restore busy_timeout: %w", rerr)
+	}
+	return err
+}
+
+// execQuerier is what *sql.DB, *sql.Conn and *sql.Tx share.
+type execQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func busyTimeout(ctx context.Context, q execQuerier) (int64, error) {
+	var ms int64
+	err := q.QueryRowContext(ctx, `PRAGMA busy_timeout`).Scan(&ms)
+	return ms, err
+}
+
+func setBusyTimeout(ctx context.Context, q execQuerier, ms int64) error {
+	// A PRAGMA takes no bind parameters; ms is an integer.
+	_, err := q.ExecContext(ctx, fmt.Sprintf(`PRAGMA busy_timeout = %d`, ms))
+	return err
+}
+
+// busyMillis converts a wait to SQLite's busy_timeout, at least 1ms.
+func busyMillis(d time.Duration) int64 {
+	return min(max(d.Milliseconds(), 1), math.MaxInt32)
+}
+
+// discard closes conn and keeps it out of the pool, for a connection left
+// with a setting it could not restore.
+func discard(conn *sql.Conn) {
+	_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	_ = conn.Close()
+}

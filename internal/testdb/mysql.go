@@ -1,0 +1,158 @@
+package testdb
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	neturl "net/url"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+)
+
+// MySQL and MariaDB tests use the server named by TEST_MYSQL_URL, a
+// mysql://user:password@host:port/database URL, or DefaultMySQLURL. Each
+// test gets a database of its own (MySQL), dropped on cleanup. When the
+// server does not answer, the test is skipped, or fails in CI.
+
+// DefaultMySQLURL is the machine's MariaDB.
+const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
+
+// MaxMySQLConns bounds the pool of each test database. MariaDB allows 151
+// connections by default, and tests run in parallel.
+const MaxMySQLConns = 16
+
+var (
+	mysqlOnce  sync.Once
+	mysqlCfg   *mysql.Config
+	mysqlAdmin *sql.DB
+	mysqlErr   error
+)
+
+// MySQLURL returns the URL of the test MySQL or MariaDB server.
+func MySQLURL() string {
+	if u := os.Getenv("TEST_MYSQL_URL"); u != "" {
+		return u
+	}
+	return DefaultMySQLURL
+}
+
+// mysqlConfig parses a mysql:// URL into a go-sql-driver config.
+func mysqlConfig(raw string) (*mysql.Config, error) {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if u.Scheme != "mysql" {
+		return nil, fmt.Errorf("TEST_MYSQL_URL %q: want mysql://user:password@host:port/database", raw)
+	}
+	cfg := mysql.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net = "tcp"
+	port := u.Port()
+	if port == "" {
+		port = "3306"
+	}
+	cfg.Addr = net.JoinHostPort(u.Hostname(), port)
+	cfg.Timeout = 3 * time.Second
+	return cfg, nil
+}
+
+func mysqlSetup() {
+	raw := MySQLURL()
+	mysqlCfg, mysqlErr = mysqlConfig(raw)
+	if mysqlErr != nil {
+		return
+	}
+	mysqlAdmin, mysqlErr = sql.Open("mysql", mysqlCfg.FormatDSN())
+	if mysqlErr != nil {
+		return
+	}
+	mysqlAdmin.SetMaxOpenConns(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := mysqlAdmin.PingContext(ctx); err != nil {
+		mysqlErr = fmt.Errorf("%s: %w", redactURL(raw), err)
+	}
+}
+
+func redactURL(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// MySQLDatabase creates a database with a random name on the test server,
+// drops it when t ends, and returns a mysql:// URL that names it, and its
+// name. It skips t, or fails it in CI, when the server does not answer.
+func MySQLDatabase(t testing.TB) (string, string) {
+	t.Helper()
+	mysqlOnce.Do(mysqlSetup)
+	Require(t, "MySQL/MariaDB", mysqlErr)
+	name := "inbox_test_" + RandomSuffix()
+	ctx := context.Background()
+	if _, err := mysqlAdmin.ExecContext(ctx, "CREATE DATABASE `"+name+"` CHARACTER SET utf8mb4"); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := dropMySQLDatabase(name); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := neturl.Parse(MySQLURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = "/" + name
+	return u.String(), name
+}
+
+// MySQL returns a pool on a fresh database of its own (see
+// MySQLDatabase), closed and dropped when t ends, and the database's name.
+func MySQL(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	_, name := MySQLDatabase(t)
+	db, err := sql.Open("mysql", MySQLDSN(t, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(MaxMySQLConns)
+	// Registered after the drop, so it runs before it.
+	t.Cleanup(func() { db.Close() })
+	return db, name
+}
+
+// MySQLDSN returns the go-sql-driver DSN of database on the test server.
+func MySQLDSN(t testing.TB, database string) string {
+	t.Helper()
+	mysqlOnce.Do(mysqlSetup)
+	Require(t, "MySQL/MariaDB", mysqlErr)
+	cfg := mysqlCfg.Clone()
+	cfg.DBName = database
+	return cfg.FormatDSN()
+}
+
+// dropMySQLDatabase drops a test database. A failed test can leave a
+// transaction open on it, whose metadata lock would make the DROP wait
+// forever: the wait is bounded.
+func dropMySQLDatabase(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := mysqlAdmin.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 10"); err != nil {
+		return err
+	}
+	_, err = conn.ExecContext(ctx, "DROP DATABASE `"+name+"`")
+	return err
+}
