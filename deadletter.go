@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/txinbox/inbox/inboxdriver"
 )
@@ -60,7 +62,10 @@ type DeadLetterParams struct {
 }
 
 // DeadLetter stores a message that will not be applied, with the reason, in
-// its own transaction. Ack the message only after it returns nil: that is
+// its own transaction. The payload and record key are stored as they are;
+// text fields and headers that are not valid UTF-8, or hold NUL bytes, are
+// stored with those bytes replaced by U+FFFD, so that every message can be
+// dead-lettered. Ack the message only after it returns nil: that is
 // what makes dead-lettering lose nothing. A message dead-lettered again
 // (its redelivery raced the ack) updates the stored row's reason, attempts
 // and last-seen time rather than adding a row.
@@ -84,20 +89,27 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 	if idErr != nil && m.ID != "" {
 		errText += fmt.Sprintf(" (raw id %q)", clip(m.ID))
 	}
+	var headers map[string]string
+	if m.Headers != nil {
+		headers = make(map[string]string, len(m.Headers))
+		for k, v := range m.Headers {
+			headers[storable(k)] = storable(v)
+		}
+	}
 	d := &inboxdriver.DeadLetter{
 		Consumer:  p.Consumer,
 		MessageID: id,
-		DedupKey:  deadLetterKey(id, m),
-		Transport: m.Source.Transport,
-		Queue:     m.Source.Queue,
+		DedupKey:  storable(deadLetterKey(id, m)),
+		Transport: storable(m.Source.Transport),
+		Queue:     storable(m.Source.Queue),
 		Partition: m.Source.Partition,
 		Offset:    m.Source.Offset,
-		BrokerID:  m.Source.BrokerID,
+		BrokerID:  storable(m.Source.BrokerID),
 		Key:       m.Source.Key,
-		Headers:   m.Headers,
+		Headers:   headers,
 		Payload:   m.Payload,
-		Reason:    reason,
-		Error:     errText,
+		Reason:    storable(reason),
+		Error:     storable(errText),
 		Attempts:  p.Attempts,
 		LastSeen:  c.config.Now(),
 	}
@@ -110,6 +122,17 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 	c.logger.WarnContext(ctx, "inbox: dead-lettered a message", "consumer", p.Consumer, "key", d.DedupKey,
 		"reason", reason, "attempts", p.Attempts, "err", errText)
 	return nil
+}
+
+// storable makes s storable in a text column of every store. Postgres and
+// MySQL refuse invalid UTF-8, and Postgres a NUL byte, and a message that
+// cannot be dead-lettered would be redelivered forever. The payload and the
+// record key are stored as bytes, unchanged.
+func storable(s string) string {
+	if utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+		return s
+	}
+	return strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", "\uFFFD"), "\uFFFD")
 }
 
 // deadLetterKey identifies a dead letter: by its id when it has a valid one,

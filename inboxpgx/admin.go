@@ -32,9 +32,17 @@ func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 		return inboxdriver.ClassOther
 	}
 	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return inboxdriver.ClassUnavailable
+	}
+	// A context that ended is the caller's doing, not the store's, even
+	// when pgx reports it as a network timeout.
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return inboxdriver.ClassOther
+	}
 	var netErr net.Error
 	switch {
-	case errors.As(err, &connectErr),
+	case
 		errors.Is(err, pgconn.ErrConnClosed),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
 		errors.As(err, &netErr),

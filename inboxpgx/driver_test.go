@@ -269,3 +269,25 @@ func TestClaimTravelsWithBegin(t *testing.T) {
 	}
 	require.Equal(t, bareWrites+2, writes.Load(), "a batch claims every id in the BEGIN's round trip")
 }
+
+// A context that ended is the caller's: not a store outage.
+func TestCancelledContextIsNotUnavailable(t *testing.T) {
+	t.Parallel()
+	d, _ := newDriver(t, inboxdriver.Tables{})
+	c := newClient(t, d, nil)
+	blocked := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	h := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		close(blocked)
+		_, err := tx.Exec(ctx, `SELECT pg_sleep(30)`)
+		return err
+	})
+	go func() { <-blocked; cancel() }()
+	_, err := c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, h)
+	require.Error(t, err)
+	require.NotErrorIs(t, err, inbox.ErrUnavailable)
+
+	_, err = c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, h)
+	require.ErrorIs(t, err, context.Canceled)
+	require.NotErrorIs(t, err, inbox.ErrUnavailable)
+}

@@ -661,7 +661,10 @@ func cases[TTx any]() []testCase[TTx] {
 					t.Fatal(err)
 				}
 			}
-			noID := inbox.Message{Payload: []byte(`{}`), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}}
+			// Bytes that text columns refuse: the message must still be
+			// dead-lettered, with the payload intact.
+			noID := inbox.Message{Payload: []byte("\x00\xff{}"), Headers: map[string]string{"trace\x00": "bin\xff\x00ary"},
+				Source: inbox.Source{Transport: "sqs", Queue: "q\x00", BrokerID: "m-1\xfe"}}
 			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: noID, Err: inbox.ErrNoMessageID, Attempts: 1}); err != nil {
 				t.Fatal(err)
 			}
@@ -676,6 +679,9 @@ func cases[TTx any]() []testCase[TTx] {
 					withID = d
 				} else {
 					requireEqual(t, "reason", d.Reason, inbox.ReasonNoID)
+					requireEqual(t, "payload bytes", string(d.Payload), "\x00\xff{}")
+					requireEqual(t, "sanitised header", d.Headers["trace\uFFFD"], "bin\uFFFD\uFFFDary")
+					requireEqual(t, "sanitised broker id", d.BrokerID, "m-1\uFFFD")
 				}
 			}
 			if withID == nil {
