@@ -4,9 +4,10 @@
 // disarmed Inject is one atomic load.
 //
 // Two things arm them:
-//   - ArmFromEnv, which the chaos consumer calls, reads INBOX_FAULTS, a list
-//     such as "after-claim=0.02,after-commit-before-ack=0.05", and kills the
-//     process with SIGKILL at a point with that probability per hit;
+//   - ArmFromEnv, which the chaos and demo consumers call, reads
+//     INBOX_FAULTS, a list such as "after-claim=0.02,mid-batch@3", and kills
+//     the process with SIGKILL at a point with that probability per hit, or
+//     at its n-th hit;
 //   - WithHook, which in-process tests use to run a function at each point
 //     reached with the returned context.
 package fault
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,8 +54,16 @@ var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, 
 var (
 	armed atomic.Bool
 	mu    sync.Mutex
-	env   map[Point]float64
+	env   map[Point]rule
 )
+
+// rule is when a point crashes the process: with a probability per hit, or
+// at the n-th hit.
+type rule struct {
+	prob float64
+	at   int
+	hits int
+}
 
 type hookKey struct{}
 
@@ -68,9 +78,15 @@ func Inject(ctx context.Context, p Point) {
 		h(p)
 	}
 	mu.Lock()
-	prob := env[p]
+	r, ok := env[p]
+	crash := false
+	if ok {
+		r.hits++
+		env[p] = r
+		crash = (r.prob > 0 && rand.Float64() < r.prob) || r.hits == r.at
+	}
 	mu.Unlock()
-	if prob > 0 && rand.Float64() < prob {
+	if crash {
 		fmt.Fprintf(os.Stderr, "fault: crashing at %s\n", p)
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {} // SIGKILL cannot be caught; wait for it.
@@ -84,33 +100,39 @@ func WithHook(ctx context.Context, h func(Point)) context.Context {
 	return context.WithValue(ctx, hookKey{}, h)
 }
 
-// ArmFromEnv arms the crashes that INBOX_FAULTS names. It returns an error
-// naming a malformed entry or an unknown point.
+// ArmFromEnv arms the crashes that INBOX_FAULTS names: a comma-separated
+// list of point=probability (crash at each hit with that probability) and
+// point@n (crash at the n-th hit). It returns an error naming a malformed
+// entry or an unknown point.
 func ArmFromEnv() error {
 	spec := os.Getenv("INBOX_FAULTS")
 	if spec == "" {
 		return nil
 	}
-	parsed := map[Point]float64{}
+	parsed := map[Point]rule{}
 	for _, part := range strings.Split(spec, ",") {
-		name, probText, ok := strings.Cut(strings.TrimSpace(part), "=")
-		if !ok {
-			return fmt.Errorf("INBOX_FAULTS: %q: want point=probability", part)
-		}
-		prob, err := strconv.ParseFloat(probText, 64)
-		if err != nil || prob < 0 || prob > 1 {
-			return fmt.Errorf("INBOX_FAULTS: %q: probability must be between 0 and 1", part)
-		}
-		known := false
-		for _, p := range Points {
-			if string(p) == name {
-				known = true
+		part = strings.TrimSpace(part)
+		var name string
+		var r rule
+		if n, probText, ok := strings.Cut(part, "="); ok {
+			prob, err := strconv.ParseFloat(probText, 64)
+			if err != nil || prob < 0 || prob > 1 {
+				return fmt.Errorf("INBOX_FAULTS: %q: probability must be between 0 and 1", part)
 			}
+			name, r.prob = n, prob
+		} else if n, atText, ok := strings.Cut(part, "@"); ok {
+			at, err := strconv.Atoi(atText)
+			if err != nil || at < 1 {
+				return fmt.Errorf("INBOX_FAULTS: %q: the hit to crash at must be a positive integer", part)
+			}
+			name, r.at = n, at
+		} else {
+			return fmt.Errorf("INBOX_FAULTS: %q: want point=probability or point@hit", part)
 		}
-		if !known {
+		if !slices.Contains(Points, Point(name)) {
 			return fmt.Errorf("INBOX_FAULTS: unknown fault point %q", name)
 		}
-		parsed[Point(name)] = prob
+		parsed[Point(name)] = r
 	}
 	mu.Lock()
 	env = parsed
