@@ -39,8 +39,10 @@ var commands = map[string]command{
 	"forget":  {summary: "delete one inbox row, so that its message applies again", run: runForget},
 	"stats":   {summary: "rows per consumer, the oldest row's age, the table size", run: runStats},
 	"chaos":   {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
+	"demo":    {summary: "the handler that ran twice: every fix the seed names, side by side", run: runDemo},
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
+	"demo-consumer":  {hidden: true, run: runDemoConsumer},
 }
 
 // usageError is a mistake in the command line. It exits with status 2.

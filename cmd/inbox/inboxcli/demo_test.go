@@ -1,0 +1,58 @@
+package inboxcli_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// 'inbox demo --json' prints exactly one JSON object, in the contract's
+// form, and nothing else on stdout.
+func TestDemoJSON(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, nil, "demo", "--json", "--events", "20", "--seed", "5")
+	require.Equal(t, 0, code, stderr)
+	dec := json.NewDecoder(bytes.NewReader([]byte(stdout)))
+	dec.DisallowUnknownFields()
+	var res struct {
+		Events     int    `json:"events"`
+		Crashes    int    `json:"crashes"`
+		Store      string `json:"store"`
+		Transport  string `json:"transport"`
+		Strategies []struct {
+			Name           string `json:"name"`
+			DoubleApplied  int    `json:"double_applied"`
+			Lost           int    `json:"lost"`
+			WronglySkipped int    `json:"wrongly_skipped"`
+			BalanceOK      bool   `json:"balance_ok"`
+		} `json:"strategies"`
+	}
+	require.NoError(t, dec.Decode(&res))
+	require.False(t, dec.More(), "exactly one JSON object")
+	require.Equal(t, 20, res.Events)
+	require.Equal(t, "sqlite", res.Store)
+	require.Equal(t, "kafka", res.Transport)
+	var names []string
+	for _, s := range res.Strategies {
+		names = append(names, s.Name)
+	}
+	require.Equal(t, []string{"none", "offset-key", "payload-hash", "separate-store", "ack-before-commit", "inbox"}, names)
+	inbox := res.Strategies[5]
+	require.Zero(t, inbox.DoubleApplied+inbox.Lost+inbox.WronglySkipped)
+	require.True(t, inbox.BalanceOK)
+	require.Positive(t, res.Strategies[0].DoubleApplied)
+	require.Positive(t, res.Crashes)
+}
+
+func TestDemoFlags(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := run(t, nil, "demo", "--events", "3")
+	require.Equal(t, 2, code)
+	requireOneLine(t, stderr)
+	code, _, stderr = run(t, nil, "demo", "--database-url", "mysql://root@127.0.0.1/test")
+	require.Equal(t, 1, code)
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, "want postgres://")
+}
