@@ -34,12 +34,13 @@ type command struct {
 
 // commands lists the subcommands. "help" is handled by Main.
 var commands = map[string]command{
-	"migrate": {summary: "create or upgrade the inbox tables: up, down, status, sql", run: runMigrate},
-	"purge":   {summary: "delete inbox rows older than a window, in batches", run: runPurge},
-	"forget":  {summary: "delete one inbox row, so that its message applies again", run: runForget},
-	"stats":   {summary: "rows per consumer, the oldest row's age, the table size", run: runStats},
-	"chaos":   {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
-	"demo":    {summary: "the handler that ran twice: every fix the seed names, side by side", run: runDemo},
+	"migrate":     {summary: "create or upgrade the inbox tables: up, down, status, sql", run: runMigrate},
+	"purge":       {summary: "delete inbox rows older than a window, in batches", run: runPurge},
+	"forget":      {summary: "delete one inbox row, so that its message applies again", run: runForget},
+	"stats":       {summary: "rows per consumer, the oldest row's age, the table size", run: runStats},
+	"chaos":       {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
+	"demo":        {summary: "the handler that ran twice: every fix the seed names, side by side", run: runDemo},
+	"deadletters": {summary: "messages that will not be applied: list, show, delete", run: runDeadLetters},
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},

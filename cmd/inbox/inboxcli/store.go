@@ -40,6 +40,9 @@ type ops interface {
 	Forget(ctx context.Context, consumer, id string) error
 	Stats(ctx context.Context) (*inbox.Stats, error)
 	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inbox.EffectEntry, error)
+	DeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
+	DeadLetterGet(ctx context.Context, id int64) (*inbox.DeadLetter, error)
+	DeleteDeadLetter(ctx context.Context, id int64) error
 	Config() inbox.Config
 }
 

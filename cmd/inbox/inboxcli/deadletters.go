@@ -1,0 +1,162 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txinbox/inbox"
+)
+
+func runDeadLetters(ctx context.Context, e *Env, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprintln(e.Stdout, "Usage: inbox deadletters list|show|delete [flags]\n\nRun 'inbox deadletters <subcommand> -h' for its flags.\n\n"+
+				"A dead letter is replayed from code, with the consumer's handler: inbox.Client.ReplayDeadLetter.")
+			return nil
+		}
+		return usagef("want a subcommand: list, show or delete")
+	}
+	sub, args := args[0], args[1:]
+	var sf storeFlags
+	switch sub {
+	case "list":
+		fs := newFlags(e, "deadletters list", "deadletters list [--consumer C] [--limit N] [--json] [flags]")
+		sf.register(fs)
+		consumer := fs.String("consumer", "", "only this consumer's dead letters")
+		limit := fs.Int("limit", 50, "at most this many, newest first")
+		asJSON := fs.Bool("json", false, "print one JSON array")
+		if err := parseFlags(fs, args, 0); err != nil {
+			return err
+		}
+		if *limit <= 0 {
+			return usagef("--limit %d: must be positive", *limit)
+		}
+		return withOps(ctx, e, &sf, func(c ops) error {
+			ds, err := c.DeadLetters(ctx, *consumer, *limit)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				out := make([]deadLetterJSON, 0, len(ds))
+				for _, d := range ds {
+					out = append(out, toJSON(d))
+				}
+				return json.NewEncoder(e.Stdout).Encode(out)
+			}
+			if len(ds) == 0 {
+				fmt.Fprintln(e.Stdout, "no dead letters")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE\tREASON\tATTEMPTS\tLAST SEEN\tSOURCE")
+			now := time.Now()
+			for _, d := range ds {
+				msg := d.MessageID
+				if msg == "" {
+					msg = "(no valid id)"
+				}
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s ago\t%s\n", d.ID, d.Consumer, msg, d.Reason, d.Attempts,
+					inbox.FormatDuration(now.Sub(d.LastSeen).Round(time.Second)), source(d))
+			}
+			return tw.Flush()
+		})
+	case "show", "delete":
+		fs := newFlags(e, "deadletters "+sub, "deadletters "+sub+" ID [flags]")
+		sf.register(fs)
+		asJSON := fs.Bool("json", false, "print one JSON object (show)")
+		// Take the ID before the flags too: 'show 7 --json'.
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			args = append(args[1:], args[0])
+		}
+		if err := parseFlags(fs, args, 1); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("want the dead letter's ID")
+		}
+		id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+		if err != nil || id <= 0 {
+			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
+		}
+		return withOps(ctx, e, &sf, func(c ops) error {
+			if sub == "delete" {
+				if err := c.DeleteDeadLetter(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.Stdout, "deleted dead letter %d\n", id)
+				return nil
+			}
+			d, err := c.DeadLetterGet(ctx, id)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return json.NewEncoder(e.Stdout).Encode(toJSON(d))
+			}
+			j := toJSON(d)
+			fmt.Fprintf(e.Stdout, "id:          %d\nconsumer:    %s\nmessage id:  %s\nreason:      %s\nerror:       %s\nattempts:    %d\n",
+				d.ID, d.Consumer, d.MessageID, d.Reason, d.Error, d.Attempts)
+			fmt.Fprintf(e.Stdout, "first seen:  %s\nlast seen:   %s\nsource:      %s\n", d.FirstSeen.UTC().Format(time.RFC3339), d.LastSeen.UTC().Format(time.RFC3339), source(d))
+			for k, v := range d.Headers {
+				fmt.Fprintf(e.Stdout, "header:      %s: %s\n", k, v)
+			}
+			fmt.Fprintf(e.Stdout, "payload:     %s\n", j.Payload)
+			return nil
+		})
+	default:
+		return usagef("unknown subcommand %q: want list, show or delete", sub)
+	}
+}
+
+func withOps(ctx context.Context, e *Env, sf *storeFlags, fn func(c ops) error) error {
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	c, err := s.newOps(idFormatFor(sf))
+	if err != nil {
+		return err
+	}
+	return fn(c)
+}
+
+func source(d *inbox.DeadLetter) string {
+	return inbox.Source{Transport: d.Transport, Queue: d.Queue, Partition: d.Partition, Offset: d.Offset, BrokerID: d.BrokerID}.String()
+}
+
+// deadLetterJSON is the JSON form of a dead letter. A payload that is not
+// UTF-8 text is given in base64, with payload_base64 set.
+type deadLetterJSON struct {
+	ID            int64             `json:"id"`
+	Consumer      string            `json:"consumer"`
+	MessageID     string            `json:"message_id"`
+	Reason        string            `json:"reason"`
+	Error         string            `json:"error"`
+	Attempts      int               `json:"attempts"`
+	FirstSeen     time.Time         `json:"first_seen"`
+	LastSeen      time.Time         `json:"last_seen"`
+	Source        string            `json:"source"`
+	Headers       map[string]string `json:"headers"`
+	Payload       string            `json:"payload"`
+	PayloadBase64 bool              `json:"payload_base64,omitempty"`
+}
+
+func toJSON(d *inbox.DeadLetter) deadLetterJSON {
+	j := deadLetterJSON{
+		ID: d.ID, Consumer: d.Consumer, MessageID: d.MessageID, Reason: d.Reason, Error: d.Error,
+		Attempts: d.Attempts, FirstSeen: d.FirstSeen.UTC(), LastSeen: d.LastSeen.UTC(), Source: source(d),
+		Headers: d.Headers, Payload: string(d.Payload),
+	}
+	if !utf8.Valid(d.Payload) {
+		b, _ := json.Marshal(d.Payload) // a []byte marshals as base64
+		j.Payload, j.PayloadBase64 = strings.Trim(string(b), `"`), true
+	}
+	return j
+}
