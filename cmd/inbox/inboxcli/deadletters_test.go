@@ -41,7 +41,7 @@ func TestDeadLetters(t *testing.T) {
 		Err: inbox.Permanent(errors.New("card declined")), Attempts: 1}))
 	require.NoError(t, c.DeadLetter(context.Background(), inbox.DeadLetterParams{Consumer: "inventory",
 		Message: inbox.Message{Payload: []byte{0xff, 0x00}, Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-7"}},
-		Err: inbox.ErrNoMessageID, Attempts: 1}))
+		Err:     inbox.ErrNoMessageID, Attempts: 1}))
 
 	db := []string{"--schema", schema}
 	code, stdout, stderr := run(t, env, append([]string{"deadletters", "list"}, db...)...)
