@@ -38,15 +38,17 @@ func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (in
 	case d.dialect == SQLite && d.effectsDB == nil:
 		var n int64
 		err := inTx(ctx, d.db, func(tx *sql.Tx) error {
-			if _, err := tx.ExecContext(ctx, d.q.purgeEffects[i], args...); err != nil {
+			// A write first, so that even a DEFERRED transaction takes the
+			// write lock before it reads.
+			keys, err := selectKeys(ctx, tx, d.q.purge[i], args)
+			if err != nil || len(keys) == 0 {
 				return err
 			}
-			res, err := tx.ExecContext(ctx, d.q.purge[i], args...)
-			if err != nil {
+			if _, err := d.deleteKeys(ctx, tx, d.q.effects, keys, nil); err != nil {
 				return err
 			}
-			n, err = res.RowsAffected()
-			return err
+			n = int64(len(keys))
+			return nil
 		})
 		return n, err
 	case d.dialect == SQLite:
@@ -84,7 +86,8 @@ func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (in
 	}
 }
 
-// selectKeys reads the keys of the inbox rows that query selects.
+// selectKeys reads the keys of the inbox rows that query selects, or
+// deletes and returns.
 func selectKeys(ctx context.Context, q execQuerier, query string, args []any) ([]msgKey, error) {
 	rows, err := q.QueryContext(ctx, query, args...)
 	if err != nil {

@@ -255,3 +255,39 @@ func TestEffectsDBConfig(t *testing.T) {
 		require.ErrorContains(t, err, "Config.EffectsDB", "%s", dialect)
 	}
 }
+
+// A purge batch larger than one DELETE's share of keys deletes every row
+// of the batch and every ledger entry of its messages.
+func TestEffectsPurgeLargeBatch(t *testing.T) {
+	for _, e := range engines {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			d, _ := e.newDriver(t)
+			ctx := context.Background()
+			old := time.Now().Add(-48 * time.Hour).UTC().Truncate(time.Microsecond)
+			ids := make([]string, 450)
+			for i := range ids {
+				ids[i] = inboxtest.NewID()
+			}
+			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids, Now: old})
+			require.NoError(t, err)
+			require.NotContains(t, claimed, false)
+			require.NoError(t, d.Commit(ctx, tx))
+			for _, id := range ids {
+				_, started, err := d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
+					EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: "capture"}, Now: old})
+				require.NoError(t, err)
+				require.True(t, started)
+			}
+			n, err := d.PurgeBatch(ctx, &inboxdriver.PurgeParams{Before: old.Add(time.Second), Consumer: "billing", Limit: 1000})
+			require.NoError(t, err)
+			require.Equal(t, int64(len(ids)), n)
+			es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1000})
+			require.NoError(t, err)
+			require.Empty(t, es)
+			st, err := d.Stats(ctx)
+			require.NoError(t, err)
+			require.Empty(t, st.Consumers)
+		})
+	}
+}

@@ -18,10 +18,10 @@ type queries struct {
 	claim, claimBatch string
 	// The purge statements are indexed by whether a consumer filters.
 	// purge deletes a batch: on Postgres with its ledger entries, returning
-	// the count; on SQLite after purgeEffects deleted the batch's entries,
-	// in the same transaction. purgeSelect picks a batch, on MySQL (locking
-	// it) and on SQLite with a ledger in another file.
-	purge, purgeEffects, purgeSelect, purgeCount [2]string
+	// the count; on SQLite returning the keys, whose ledger entries the
+	// same transaction then deletes. purgeSelect picks a batch, on MySQL
+	// (locking it) and on SQLite with the ledger in another file.
+	purge, purgeSelect, purgeCount [2]string
 	// forget deletes one message's inbox row: on Postgres with its ledger
 	// entries, returning the count; elsewhere effectForget deletes those.
 	forget           string
@@ -105,11 +105,7 @@ RETURNING message_id`
 			n = 3
 		}
 		q.purgeCount[i] = `SELECT count(*) FROM ` + inbox + where
-		// The batch, in the order of the processed_at index (whose entries
-		// end with the primary key): a total order, so that the same
-		// statement picks the same rows twice under SQLite's write lock.
-		batch := `SELECT consumer_name, message_id FROM ` + inbox + where +
-			` ORDER BY processed_at, consumer_name, message_id LIMIT ` + q.ph(n)
+		batch := `SELECT consumer_name, message_id FROM ` + inbox + where + ` LIMIT ` + q.ph(n)
 		switch d {
 		case Postgres:
 			// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple
@@ -126,14 +122,19 @@ RETURNING message_id`
 )
 SELECT count(*) FROM purged`
 		case SQLite:
-			q.purgeEffects[i] = `DELETE FROM ` + effects + ` WHERE (consumer_name, message_id) IN (` + batch + `)`
-			q.purge[i] = `DELETE FROM ` + inbox + ` WHERE (consumer_name, message_id) IN (` + batch + `)`
+			q.purge[i] = `DELETE FROM ` + inbox + ` WHERE (consumer_name, message_id) IN (
+    ` + batch + `)
+RETURNING consumer_name, message_id`
 			q.purgeSelect[i] = batch
 		default:
-			q.purgeSelect[i] = batch + ` FOR UPDATE`
+			// In the order of the processed_at index, whose entries end
+			// with the primary key: two purges lock rows in the same order.
+			q.purgeSelect[i] = `SELECT consumer_name, message_id FROM ` + inbox + where +
+				` ORDER BY processed_at, consumer_name, message_id LIMIT ` + q.ph(n) + ` FOR UPDATE`
 		}
 	}
 	if d == Postgres {
+		// Postgres names its parameters, so they may repeat.
 		q.forget = `WITH forgotten AS (
     DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
 ), effects AS (
