@@ -183,7 +183,7 @@ func TestStatsTableBytes(t *testing.T) {
 // session's time_zone: they are written and read as UTC text.
 func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 	t.Parallel()
-	d, _ := engines[2].newDriver(t)
+	d, _ := engineNamed(t, "mariadb").newDriver(t)
 	var name string
 	require.NoError(t, d.DB().QueryRow(`SELECT DATABASE()`).Scan(&name))
 	ctx := context.Background()

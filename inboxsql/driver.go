@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -53,6 +54,16 @@ type Config struct {
 	// Process and ProcessBatch. Defaults to nil: the database's default
 	// isolation level.
 	TxOptions *sql.TxOptions
+
+	// EffectsDB is, on SQLite only, a second database, in a file of its
+	// own, that holds the effects ledger of inbox.Client.Effect, migrated
+	// like the first (see "Effects ledger" in the package documentation).
+	// SQLite has one writer per database file, and a handler's transaction
+	// holds that file's write lock until it ends: only a ledger in another
+	// file can record a step while a handler runs. Open it with OpenSQLite
+	// too. Defaults to nil: the ledger is in the inbox's own database,
+	// where Effect cannot be called from a handler (ErrLedgerLocked).
+	EffectsDB *sql.DB
 }
 
 // Driver is the inbox store over a *sql.DB. It is safe for concurrent use.
@@ -62,6 +73,15 @@ type Driver struct {
 	tables    inboxdriver.Tables
 	txOptions *sql.TxOptions
 	q         *queries
+	// effectsDB is the SQLite ledger's own database, or nil.
+	effectsDB *sql.DB
+
+	// open holds, on SQLite with the ledger in the inbox's own file, the
+	// transactions that BeginClaim and BeginClaimBatch began and that have
+	// not ended; openN counts them. While one is open it holds the write
+	// lock, and a ledger write fails fast (ErrLedgerLocked).
+	open  sync.Map // *sql.Tx -> struct{}
+	openN atomic.Int64
 
 	// pinned holds, on SQLite, the connection of each transaction that
 	// BeginClaim began, to return it to the pool when the transaction ends.
@@ -92,18 +112,36 @@ func New(db *sql.DB, dialect Dialect, config *Config) (*Driver, error) {
 	if err := t.Validate(dialect.schema()); err != nil {
 		return nil, err
 	}
+	if cfg.EffectsDB != nil {
+		switch {
+		case dialect != SQLite:
+			return nil, fmt.Errorf("inboxsql: Config.EffectsDB is for SQLite only: %s keeps the ledger beside the inbox", dialect)
+		case cfg.EffectsDB == db:
+			return nil, errors.New("inboxsql: Config.EffectsDB is the inbox's own database: give the ledger a database file of its own, or leave it nil")
+		}
+	}
 	return &Driver{
 		db:        db,
 		dialect:   dialect,
 		tables:    t,
 		txOptions: cfg.TxOptions,
 		q:         newQueries(dialect, t),
+		effectsDB: cfg.EffectsDB,
 		locks:     map[string]bool{},
 	}, nil
 }
 
 // DB returns the driver's database.
 func (d *Driver) DB() *sql.DB { return d.db }
+
+// EffectsDB returns the database of the effects ledger: Config.EffectsDB,
+// or else the driver's database.
+func (d *Driver) EffectsDB() *sql.DB {
+	if d.effectsDB != nil {
+		return d.effectsDB
+	}
+	return d.db
+}
 
 // SQLDialect returns the driver's dialect.
 func (d *Driver) SQLDialect() Dialect { return d.dialect }
@@ -126,6 +164,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*s
 	if err != nil {
 		return nil, false, err
 	}
+	d.track(tx)
 	return tx, claimed, nil
 }
 
@@ -140,6 +179,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 	if err != nil {
 		return nil, nil, err
 	}
+	d.track(tx)
 	return tx, claimed, nil
 }
 
@@ -195,10 +235,22 @@ func (d *Driver) Rollback(ctx context.Context, tx *sql.Tx) error {
 }
 
 // release returns the connection that BeginClaim pinned for tx, if any, to
-// the pool.
+// the pool, and forgets tx as open.
 func (d *Driver) release(tx *sql.Tx) {
 	if c, ok := d.pinned.LoadAndDelete(tx); ok {
 		_ = c.(*sql.Conn).Close()
+	}
+	if _, ok := d.open.LoadAndDelete(tx); ok {
+		d.openN.Add(-1)
+	}
+}
+
+// track records tx as open until Commit or Rollback, where a ledger write
+// needs to know it (SQLite, ledger in the inbox's file).
+func (d *Driver) track(tx *sql.Tx) {
+	if d.dialect == SQLite && d.effectsDB == nil {
+		d.openN.Add(1)
+		d.open.Store(tx, struct{}{})
 	}
 }
 

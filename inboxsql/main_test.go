@@ -29,6 +29,10 @@ type engine struct {
 	// open returns a database no other test uses, and the tables to use
 	// in it.
 	open func(t *testing.T) (*sql.DB, inboxdriver.Tables)
+	// effectsDB, if set, opens the database of Config.EffectsDB.
+	effectsDB func(t *testing.T) *sql.DB
+	// effectsSuite runs inboxtest.ExerciseEffects on the engine.
+	effectsSuite bool
 	// effects is the quoted name of the conformance suite's effects table.
 	effects func(tables inboxdriver.Tables) string
 	// waiting counts the claims waiting for a lock, or is nil.
@@ -53,6 +57,8 @@ func postgresDB(t *testing.T) (*sql.DB, inboxdriver.Tables) {
 
 var engines = []engine{
 	{
+		// SQLite with the ledger in the inbox's own file, the default:
+		// Client.Effect cannot run in a handler there (see effects_test.go).
 		name:    "sqlite",
 		dialect: inboxsql.SQLite,
 		open: func(t *testing.T) (*sql.DB, inboxdriver.Tables) {
@@ -61,10 +67,22 @@ var engines = []engine{
 		effects: func(inboxdriver.Tables) string { return `"effects"` },
 	},
 	{
-		name:    "sql-postgres",
-		dialect: inboxsql.Postgres,
-		open:    postgresDB,
-		effects: func(t inboxdriver.Tables) string { return pgx.Identifier{t.Schema, "effects"}.Sanitize() },
+		// SQLite with the ledger in a file of its own (Config.EffectsDB).
+		name:    "sqlite-effectsdb",
+		dialect: inboxsql.SQLite,
+		open: func(t *testing.T) (*sql.DB, inboxdriver.Tables) {
+			return sqliteDB(t), inboxdriver.Tables{}
+		},
+		effectsDB:    sqliteDB,
+		effects:      func(inboxdriver.Tables) string { return `"effects"` },
+		effectsSuite: true,
+	},
+	{
+		name:         "sql-postgres",
+		dialect:      inboxsql.Postgres,
+		open:         postgresDB,
+		effectsSuite: true,
+		effects:      func(t inboxdriver.Tables) string { return pgx.Identifier{t.Schema, "effects"}.Sanitize() },
 		waiting: func(t *testing.T, db *sql.DB, tables inboxdriver.Tables) func(ctx context.Context) (int, error) {
 			return func(ctx context.Context) (int, error) {
 				var n int
@@ -81,8 +99,9 @@ var engines = []engine{
 			db, _ := testdb.MySQL(t)
 			return db, inboxdriver.Tables{}
 		},
-		effects: func(inboxdriver.Tables) string { return "`effects`" },
-		waiting: mysqlWaiting,
+		effects:      func(inboxdriver.Tables) string { return "`effects`" },
+		waiting:      mysqlWaiting,
+		effectsSuite: true,
 	},
 	{
 		// The MySQL dialect (no RETURNING, no SET STATEMENT), run on
@@ -93,9 +112,22 @@ var engines = []engine{
 			db, name := testdb.MySQL(t)
 			return db, inboxdriver.Tables{Schema: name}
 		},
-		effects: func(t inboxdriver.Tables) string { return "`" + t.Schema + "`.`effects`" },
-		waiting: mysqlWaiting,
+		effects:      func(t inboxdriver.Tables) string { return "`" + t.Schema + "`.`effects`" },
+		waiting:      mysqlWaiting,
+		effectsSuite: true,
 	},
+}
+
+// engineNamed returns the engine called name.
+func engineNamed(t *testing.T, name string) engine {
+	t.Helper()
+	for _, e := range engines {
+		if e.name == name {
+			return e
+		}
+	}
+	t.Fatalf("no engine %q", name)
+	return engine{}
 }
 
 // innodbTrx spaces out the reads of information_schema.INNODB_TRX. InnoDB
@@ -129,13 +161,30 @@ func mysqlWaiting(t *testing.T, db *sql.DB, _ inboxdriver.Tables) func(ctx conte
 func (e engine) newDriver(t *testing.T) (*inboxsql.Driver, inboxdriver.Tables) {
 	t.Helper()
 	db, tables := e.open(t)
-	d, err := inboxsql.New(db, e.dialect, &inboxsql.Config{Tables: tables})
+	cfg := &inboxsql.Config{Tables: tables}
+	if e.effectsDB != nil {
+		cfg.EffectsDB = e.effectsDB(t)
+		migrate(t, cfg.EffectsDB, e.dialect, tables)
+	}
+	d, err := inboxsql.New(db, e.dialect, cfg)
 	require.NoError(t, err)
 	m, err := inboxmigrate.New(d)
 	require.NoError(t, err)
 	_, err = m.Up(context.Background())
 	require.NoError(t, err)
 	return d, d.Tables()
+}
+
+// migrate migrates db as a store of its own, as the database of
+// Config.EffectsDB is.
+func migrate(t *testing.T, db *sql.DB, dialect inboxsql.Dialect, tables inboxdriver.Tables) {
+	t.Helper()
+	d, err := inboxsql.New(db, dialect, &inboxsql.Config{Tables: tables})
+	require.NoError(t, err)
+	m, err := inboxmigrate.New(d)
+	require.NoError(t, err)
+	_, err = m.Up(context.Background())
+	require.NoError(t, err)
 }
 
 // ph is the dialect's n-th placeholder.
@@ -194,6 +243,9 @@ func TestConformance(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			inboxtest.Exercise(t, e.newStore)
+			if e.effectsSuite {
+				inboxtest.ExerciseEffects(t, e.newStore)
+			}
 		})
 	}
 }

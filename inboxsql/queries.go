@@ -12,14 +12,26 @@ import (
 // in order, so that one argument list fits every dialect's placeholders.
 type queries struct {
 	d Dialect
-	// inbox and deadLetters are the quoted, qualified table names.
-	inbox, deadLetters string
+	// inbox, deadLetters and effects are the quoted, qualified table names.
+	inbox, deadLetters, effects string
 
 	claim, claimBatch string
-	// purge and purgeCount are indexed by whether a consumer filters.
-	purge, purgeCount [2]string
-	forget            string
-	stats, tableSize  string
+	// The purge statements are indexed by whether a consumer filters.
+	// purge deletes a batch: on Postgres with its ledger entries, returning
+	// the count; on SQLite returning the keys, whose ledger entries the
+	// same transaction then deletes. purgeSelect picks a batch, on MySQL
+	// (locking it) and on SQLite with the ledger in another file.
+	purge, purgeSelect, purgeCount [2]string
+	// forget deletes one message's inbox row: on Postgres with its ledger
+	// entries, returning the count; elsewhere effectForget deletes those.
+	forget           string
+	stats, tableSize string
+
+	// The ledger's statements. Their parameters come in the order of the
+	// statement: the values set, then the key.
+	effectInsert, effectGet, effectRestart  string
+	effectDone, effectFailed, effectResolve string
+	effectForget                            string
 
 	deadLetter                 string
 	deadLetters1, deadLetters2 string // without and with a consumer filter
@@ -52,8 +64,8 @@ const deadLetterCols = `consumer_name, dedup_key, message_id, transport, queue, 
 
 func newQueries(d Dialect, t inboxdriver.Tables) *queries {
 	sd := d.schema()
-	q := &queries{d: d, inbox: t.Qualify(sd, t.Inbox), deadLetters: t.Qualify(sd, t.DeadLetters)}
-	inbox, dl := q.inbox, q.deadLetters
+	q := &queries{d: d, inbox: t.Qualify(sd, t.Inbox), deadLetters: t.Qualify(sd, t.DeadLetters), effects: t.Qualify(sd, t.Effects)}
+	inbox, dl, effects := q.inbox, q.deadLetters, q.effects
 	const cols = ` (consumer_name, message_id, processed_at)`
 
 	switch d {
@@ -93,20 +105,47 @@ RETURNING message_id`
 			n = 3
 		}
 		q.purgeCount[i] = `SELECT count(*) FROM ` + inbox + where
+		batch := `SELECT consumer_name, message_id FROM ` + inbox + where + ` LIMIT ` + q.ph(n)
 		switch d {
 		case Postgres:
 			// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple
 			// id; SKIP LOCKED passes over rows that in-flight claims hold.
-			q.purge[i] = `DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM ` + inbox + where + ` LIMIT ` + q.ph(n) + ` FOR UPDATE SKIP LOCKED))`
+			// The ledger entries of the purged messages go in the same
+			// statement.
+			q.purge[i] = `WITH purged AS (
+    DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM ` + inbox + where + ` LIMIT ` + q.ph(n) + ` FOR UPDATE SKIP LOCKED))
+    RETURNING consumer_name, message_id
+), effects AS (
+    DELETE FROM ` + effects + ` AS e USING purged AS p
+     WHERE e.consumer_name = p.consumer_name AND e.message_id = p.message_id
+)
+SELECT count(*) FROM purged`
 		case SQLite:
 			q.purge[i] = `DELETE FROM ` + inbox + ` WHERE (consumer_name, message_id) IN (
-    SELECT consumer_name, message_id FROM ` + inbox + where + ` LIMIT ` + q.ph(n) + `)`
+    ` + batch + `)
+RETURNING consumer_name, message_id`
+			q.purgeSelect[i] = batch
 		default:
-			q.purge[i] = `DELETE FROM ` + inbox + where + ` ORDER BY processed_at LIMIT ` + q.ph(n)
+			// In the order of the processed_at index, whose entries end
+			// with the primary key: two purges lock rows in the same order.
+			q.purgeSelect[i] = `SELECT consumer_name, message_id FROM ` + inbox + where +
+				` ORDER BY processed_at, consumer_name, message_id LIMIT ` + q.ph(n) + ` FOR UPDATE`
 		}
 	}
-	q.forget = `DELETE FROM ` + inbox + ` WHERE consumer_name = ` + q.ph(1) + ` AND message_id = ` + q.ph(2)
+	if d == Postgres {
+		// Postgres names its parameters, so they may repeat.
+		q.forget = `WITH forgotten AS (
+    DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
+), effects AS (
+    DELETE FROM ` + effects + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
+)
+SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`
+	} else {
+		q.forget = `DELETE FROM ` + inbox + ` WHERE consumer_name = ? AND message_id = ?`
+		q.effectForget = `DELETE FROM ` + effects + ` WHERE consumer_name = ? AND message_id = ?`
+	}
+	q.effectQueries(effects)
 	q.stats = `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`
 	switch d {
@@ -164,4 +203,118 @@ func (q *queries) claimBatchMariaDB(n int) string {
 func (q *queries) existingMySQL(n int) string {
 	return `SELECT message_id FROM ` + q.inbox + ` WHERE consumer_name = ? AND message_id IN (` +
 		strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + `) LOCK IN SHARE MODE`
+}
+
+// effectKey renders the condition on a ledger entry's key, with its
+// placeholders from n.
+func (q *queries) effectKey(n int) string {
+	return `consumer_name = ` + q.ph(n) + ` AND message_id = ` + q.ph(n+1) + ` AND step = ` + q.ph(n+2)
+}
+
+// effectCols are the columns of a ledger entry, as scanEffect reads them.
+func (q *queries) effectCols() string {
+	if q.d == Postgres {
+		return `consumer_name, message_id::text, step, state, result, attempts, started_at, done_at`
+	}
+	return `consumer_name, message_id, step, state, result, attempts, started_at, done_at`
+}
+
+func (q *queries) effectQueries(effects string) {
+	q.effectInsert = `INSERT INTO ` + effects + ` (consumer_name, message_id, step, state, attempts, started_at)
+VALUES (` + q.phs(1, 3) + `, 'started', 1, ` + q.ph(4) + `)`
+	if !q.d.mysql() {
+		q.effectInsert += `
+ON CONFLICT (consumer_name, message_id, step) DO NOTHING`
+	}
+	// SQLite has no FOR UPDATE: there the ledger transaction holds the
+	// write lock from its BEGIN IMMEDIATE.
+	q.effectGet = `SELECT ` + q.effectCols() + ` FROM ` + effects + ` WHERE ` + q.effectKey(1)
+	if q.d != SQLite {
+		q.effectGet += ` FOR UPDATE`
+	}
+	q.effectRestart = `UPDATE ` + effects + `
+   SET state = 'started', attempts = attempts + 1, started_at = ` + q.ph(1) + `, result = NULL, done_at = NULL
+ WHERE ` + q.effectKey(2)
+	q.effectDone = `UPDATE ` + effects + ` SET state = 'done', result = ` + q.ph(1) + `, done_at = ` + q.ph(2) + `
+ WHERE ` + q.effectKey(3) + ` AND state = 'started'`
+	q.effectFailed = `UPDATE ` + effects + ` SET state = 'failed' WHERE ` + q.effectKey(1) + ` AND state = 'started'`
+	q.effectResolve = `UPDATE ` + effects + ` SET state = ` + q.ph(1) + `, result = ` + q.ph(2) + `, done_at = ` + q.ph(3) + `
+ WHERE ` + q.effectKey(4) + ` AND state = 'started'`
+}
+
+// effectList renders a listing of ledger entries with the filters that
+// are set, and its arguments. Only fixed text goes into the statement.
+func (q *queries) effectList(consumer, id, state string, before any, limit int) (string, []any) {
+	var (
+		b    strings.Builder
+		args []any
+	)
+	b.WriteString(`SELECT ` + q.effectCols() + ` FROM ` + q.effects)
+	cond := func(column string, v any) {
+		if len(args) == 0 {
+			b.WriteString("\n WHERE ")
+		} else {
+			b.WriteString(" AND ")
+		}
+		args = append(args, v)
+		b.WriteString(column + q.ph(len(args)))
+	}
+	if consumer != "" {
+		cond("consumer_name = ", consumer)
+	}
+	if id != "" {
+		cond("message_id = ", id)
+	}
+	if state != "" {
+		cond("state = ", state)
+	}
+	if before != nil {
+		cond("started_at < ", before)
+	}
+	args = append(args, limit)
+	b.WriteString("\n ORDER BY started_at, consumer_name, message_id, step LIMIT " + q.ph(len(args)))
+	return b.String(), args
+}
+
+// maxKeysPerStatement bounds the keys of one deleteKeys statement, well
+// under every engine's limit on placeholders and expression depth.
+const maxKeysPerStatement = 200
+
+// msgKey is the key of one message's inbox row.
+type msgKey struct{ consumer, id string }
+
+// deleteKeys renders a DELETE from table of the rows of keys, which are at
+// most maxKeysPerStatement, on SQLite or MySQL; with before, only of the
+// rows processed before it (the inbox). It returns the arguments too.
+func (q *queries) deleteKeys(table string, keys []msgKey, before any) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, 2*len(keys)+1)
+	b.WriteString(`DELETE FROM ` + table + ` WHERE `)
+	if before != nil {
+		b.WriteString(`processed_at < ? AND `)
+		args = append(args, before)
+	}
+	if q.d == SQLite {
+		b.WriteString(`(consumer_name, message_id) IN (VALUES `)
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?)")
+			args = append(args, k.consumer, k.id)
+		}
+	} else {
+		// MySQL and MariaDB turn ORs of equalities on the primary key into
+		// index ranges.
+		b.WriteString("(")
+		for i, k := range keys {
+			if i > 0 {
+				b.WriteString(" OR ")
+			}
+			b.WriteString("(consumer_name = ? AND message_id = ?)")
+			args = append(args, k.consumer, k.id)
+		}
+	}
+	b.WriteString(")")
+	return b.String(), args
 }

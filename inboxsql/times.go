@@ -29,6 +29,12 @@ func (d *Driver) timeScanner(t *time.Time) timeScanner {
 	return timeScanner{t: t, wallClock: d.dialect.mysql()}
 }
 
+// nullTimeScanner is timeScanner for a nullable column: NULL reads as the
+// zero time.
+func (d *Driver) nullTimeScanner(t *time.Time) timeScanner {
+	return timeScanner{t: t, wallClock: d.dialect.mysql(), nullable: true}
+}
+
 // timeScanner reads a time column into *t, in UTC.
 type timeScanner struct {
 	t *time.Time
@@ -36,10 +42,17 @@ type timeScanner struct {
 	// the DSN's parseTime=true placed in the DSN's loc: the stored value
 	// is UTC whatever that loc is.
 	wallClock bool
+	// nullable reads NULL as the zero time.
+	nullable bool
 }
 
 func (s timeScanner) Scan(src any) error {
 	switch v := src.(type) {
+	case nil:
+		if !s.nullable {
+			return fmt.Errorf("inboxsql: cannot read NULL as a time")
+		}
+		*s.t = time.Time{}
 	case time.Time:
 		if s.wallClock {
 			v = time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC)

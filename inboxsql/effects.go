@@ -1,0 +1,236 @@
+package inboxsql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+var _ inboxdriver.EffectStore = (*Driver)(nil)
+
+// ErrLedgerLocked is returned, on SQLite with the effects ledger in the
+// inbox's own database file (Config.EffectsDB nil), by the ledger writes of
+// inbox.Client.Effect while a message transaction of this Driver is open,
+// as one always is while a handler runs. SQLite has one writer per file,
+// and that transaction holds the write lock until the handler returns: the
+// ledger write could only wait for it until the busy timeout, and with a
+// pool of one connection forever. It fails at once instead. It is also
+// returned when no connection of the pool frees up for a ledger write
+// within DefaultSQLiteBusyTimeout. Give the ledger a file of its own with
+// Config.EffectsDB.
+var ErrLedgerLocked = errors.New("inboxsql: SQLite's write lock is held by an open message transaction, so the effects ledger in the same file cannot be written: set Config.EffectsDB to give the ledger a file of its own")
+
+// maxBeginTries bounds the rounds of EffectBegin when the entry it found
+// is deleted (Forget, Purge) before it could lock it.
+const maxBeginTries = 3
+
+// ledgerDB is what *sql.DB and *sql.Conn share, for the ledger.
+type ledgerDB interface {
+	execQuerier
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// ledgerWriter returns where a ledger write of Client.Effect runs, and a
+// func that releases it. On SQLite with the ledger in the inbox's own file
+// it fails fast with ErrLedgerLocked while a message transaction is open,
+// and it bounds the wait for a connection, which a pool of one connection
+// held by the caller's transaction would never give.
+func (d *Driver) ledgerWriter(ctx context.Context) (ledgerDB, func(), error) {
+	if d.dialect != SQLite || d.effectsDB != nil {
+		return d.EffectsDB(), func() {}, nil
+	}
+	if n := d.openN.Load(); n > 0 {
+		return nil, nil, fmt.Errorf("%w (inside a handler, Client.Effect on SQLite needs Config.EffectsDB)", ErrLedgerLocked)
+	}
+	wctx, cancel := context.WithTimeout(ctx, DefaultSQLiteBusyTimeout)
+	defer cancel()
+	conn, err := d.db.Conn(wctx)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, nil, fmt.Errorf("%w: no connection of the pool (%d open, %d in use) was free for the ledger within %v",
+				ErrLedgerLocked, d.db.Stats().OpenConnections, d.db.Stats().InUse, DefaultSQLiteBusyTimeout)
+		}
+		return nil, nil, err
+	}
+	return conn, func() { _ = conn.Close() }, nil
+}
+
+// ledgerErr explains a busy error of a ledger write on SQLite with the
+// ledger in the inbox's own file: a transaction the Driver did not begin,
+// such as the caller's around ProcessTx, may hold the write lock for good.
+// The error keeps its class (a conflict).
+func (d *Driver) ledgerErr(err error) error {
+	if err == nil || d.dialect != SQLite || d.effectsDB != nil {
+		return err
+	}
+	if code, ok := sqliteCode(err); ok && code&0xff == sqliteBusy {
+		return fmt.Errorf("inboxsql: the effects ledger waited for SQLite's write lock until the busy timeout; "+
+			"if the caller holds a write transaction on the same file, as around ProcessTx, the lock never frees: "+
+			"set Config.EffectsDB to give the ledger a file of its own: %w", err)
+	}
+	return err
+}
+
+// EffectBegin implements inboxdriver.EffectStore. A new step costs one
+// INSERT; a step seen before is locked (FOR UPDATE, or SQLite's write
+// lock), read and, if it may start again, updated in one short
+// transaction.
+func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+	db, release, err := d.ledgerWriter(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	defer release()
+	for range maxBeginTries {
+		inserted, err := d.effectInsert(ctx, db, p)
+		if err != nil {
+			return nil, false, d.ledgerErr(err)
+		}
+		if inserted {
+			return &inboxdriver.EffectEntry{
+				Consumer: p.Consumer, MessageID: p.ID, Step: p.Step,
+				State: inboxdriver.EffectStarted, Attempts: 1, StartedAt: p.Now,
+			}, true, nil
+		}
+		e, started, err := d.effectRestart(ctx, db, p)
+		if err != nil {
+			return nil, false, d.ledgerErr(err)
+		}
+		if e != nil {
+			return e, started, nil
+		}
+		// The entry was deleted after the INSERT found it: insert again.
+	}
+	return nil, false, fmt.Errorf("inboxsql: effect %s/%s/%s: the ledger entry was deleted %d times while it was being begun",
+		p.Consumer, p.ID, p.Step, maxBeginTries)
+}
+
+// effectInsert inserts a new started entry, and reports false when the
+// entry exists.
+func (d *Driver) effectInsert(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (bool, error) {
+	res, err := db.ExecContext(ctx, d.q.effectInsert, p.Consumer, p.ID, p.Step, d.timeArg(p.Now))
+	if d.dialect.mysql() && isDuplicateKey(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// effectRestart locks and reads an existing entry and restarts it if it may
+// be called again. It returns a nil entry when there is none.
+func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+	var (
+		e       *inboxdriver.EffectEntry
+		started bool
+	)
+	err := inTx(ctx, db, func(tx *sql.Tx) error {
+		var err error
+		e, err = d.scanEffect(tx.QueryRowContext(ctx, d.q.effectGet, p.Consumer, p.ID, p.Step))
+		if errors.Is(err, sql.ErrNoRows) {
+			e = nil
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		started = e.State == inboxdriver.EffectFailed || (e.State == inboxdriver.EffectStarted && p.RetryStarted)
+		if !started {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, d.q.effectRestart, d.timeArg(p.Now), p.Consumer, p.ID, p.Step); err != nil {
+			return err
+		}
+		e.State, e.StartedAt, e.Result, e.DoneAt = inboxdriver.EffectStarted, p.Now, nil, time.Time{}
+		e.Attempts++
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return e, started, nil
+}
+
+// EffectDone implements inboxdriver.EffectStore.
+func (d *Driver) EffectDone(ctx context.Context, p *inboxdriver.EffectDoneParams) (bool, error) {
+	return d.effectUpdate(ctx, d.q.effectDone, p.Result, d.timeArg(p.Now), p.Consumer, p.ID, p.Step)
+}
+
+// EffectFailed implements inboxdriver.EffectStore.
+func (d *Driver) EffectFailed(ctx context.Context, p *inboxdriver.EffectKeyParams) (bool, error) {
+	return d.effectUpdate(ctx, d.q.effectFailed, p.Consumer, p.ID, p.Step)
+}
+
+// effectUpdate runs a ledger write of Client.Effect that changes one entry
+// in state started, and reports whether it did.
+func (d *Driver) effectUpdate(ctx context.Context, query string, args ...any) (bool, error) {
+	db, release, err := d.ledgerWriter(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	n, err := execCount(ctx, db, query, args...)
+	if err != nil {
+		return false, d.ledgerErr(err)
+	}
+	return n == 1, nil
+}
+
+// EffectResolve implements inboxdriver.EffectStore. It is an operator's
+// write, made outside any handler: on SQLite it waits for the write lock
+// like any other writer.
+func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolveParams) (bool, error) {
+	var result, doneAt any
+	if p.State == inboxdriver.EffectDone {
+		result, doneAt = p.Result, d.timeArg(p.Now)
+	}
+	n, err := execCount(ctx, d.EffectsDB(), d.q.effectResolve, string(p.State), result, doneAt, p.Consumer, p.ID, p.Step)
+	if err != nil {
+		return false, err
+	}
+	return n == 1, nil
+}
+
+// EffectList implements inboxdriver.EffectStore.
+func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxdriver.EffectEntry, error) {
+	var before any
+	if !p.StartedBefore.IsZero() {
+		before = d.timeArg(p.StartedBefore)
+	}
+	query, args := d.q.effectList(p.Consumer, p.ID, string(p.State), before, p.Limit)
+	rows, err := d.EffectsDB().QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*inboxdriver.EffectEntry
+	for rows.Next() {
+		e, err := d.scanEffect(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// scanEffect reads the columns of queries.effectCols.
+func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxdriver.EffectEntry, error) {
+	var (
+		e     inboxdriver.EffectEntry
+		state string
+	)
+	err := row.Scan(&e.Consumer, &e.MessageID, &e.Step, &state, &e.Result, &e.Attempts,
+		d.timeScanner(&e.StartedAt), d.nullTimeScanner(&e.DoneAt))
+	if err != nil {
+		return nil, err
+	}
+	e.State = inboxdriver.EffectState(state)
+	return &e, nil
+}
