@@ -179,3 +179,20 @@ func TestMigrateSQL(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "000001_inbox_inbox.up.sql")
 }
+
+// --effects-db opens and migrates the ledger's own SQLite file too.
+func TestSQLiteEffectsDB(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := []string{"--database-url", "sqlite:" + dir + "/inbox.db", "--effects-db", dir + "/ledger.db"}
+	code, stdout, stderr := run(t, nil, append([]string{"migrate", "up"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, 2*inboxmigrate.Latest(), strings.Count(stdout, "applied "), "both files migrated: %s", stdout)
+	require.Contains(t, stdout, "effects ledger "+dir+"/ledger.db:")
+	code, stdout, stderr = run(t, nil, append([]string{"stats"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "never done: none")
+	code, _, stderr = run(t, nil, "stats", "--database-url", "postgres://x", "--effects-db", dir+"/ledger.db")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "--effects-db is for SQLite only")
+}

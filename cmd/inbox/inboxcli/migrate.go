@@ -146,5 +146,14 @@ func withMigrator(ctx context.Context, e *Env, sf *storeFlags, fn func(m *inboxm
 	if err != nil {
 		return usagef("%v", err)
 	}
-	return fn(m)
+	if err := fn(m); err != nil || s.ledger == nil {
+		return err
+	}
+	// The effects ledger's own file gets the same migrations.
+	lm, err := inboxmigrate.New(s.ledger)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	fmt.Fprintf(e.Stdout, "effects ledger %s:\n", sf.effectsDB)
+	return fn(lm)
 }

@@ -22,6 +22,7 @@ import (
 // storeFlags are the flags that say which store and tables a command uses.
 type storeFlags struct {
 	databaseURL string
+	effectsDB   string
 	tables      inboxdriver.Tables
 	idType      string
 }
@@ -31,6 +32,7 @@ func (f *storeFlags) register(fs *flagSet) {
 	fs.StringVar(&f.tables.Schema, "schema", "", "the schema (the database, on MySQL) that holds the inbox tables (default: the search_path, or the URL's database)")
 	fs.StringVar(&f.tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
 	fs.StringVar(&f.idType, "id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
+	fs.StringVar(&f.effectsDB, "effects-db", "", "SQLite only: the file of the effects ledger, when it is kept apart from the inbox (inboxsql.Config.EffectsDB)")
 }
 
 // ops is what commands use of an inbox.Client, whatever its store's
@@ -49,6 +51,9 @@ type ops interface {
 // store is an open store.
 type store struct {
 	admin inboxdriver.Admin
+	// ledger is the separate store of the effects ledger, if any: it is
+	// migrated too.
+	ledger inboxdriver.Admin
 	close func()
 	// newOps returns a client over the store with cfg.
 	newOps func(cfg *inbox.Config) (ops, error)
@@ -67,6 +72,9 @@ func (f *storeFlags) open(ctx context.Context, e *Env) (*store, error) {
 		f.tables.IDType = inboxdriver.IDType(f.idType)
 	default:
 		return nil, usagef("--id-type %q: want uuid or text", f.idType)
+	}
+	if f.effectsDB != "" && !strings.HasPrefix(raw, "sqlite:") && !strings.HasPrefix(raw, "file:") {
+		return nil, usagef("--effects-db is for SQLite only: other stores keep the ledger beside the inbox")
 	}
 	scheme := ""
 	if i := strings.Index(raw, ":"); i > 0 {
@@ -97,7 +105,33 @@ func (f *storeFlags) openSQLite(path string) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the database at %s: %w", path, err)
 	}
-	return f.sqlStore(db, inboxsql.SQLite, path)
+	if f.effectsDB == "" {
+		return f.sqlStore(db, inboxsql.SQLite, path)
+	}
+	edb, err := inboxsql.OpenSQLite(f.effectsDB)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cannot open the effects database at %s: %w", f.effectsDB, err)
+	}
+	ledger, err := inboxsql.New(edb, inboxsql.SQLite, &inboxsql.Config{Tables: f.tables})
+	if err != nil {
+		db.Close()
+		edb.Close()
+		return nil, usagef("%v", err)
+	}
+	d, err := inboxsql.New(db, inboxsql.SQLite, &inboxsql.Config{Tables: f.tables, EffectsDB: edb})
+	if err != nil {
+		db.Close()
+		edb.Close()
+		return nil, usagef("%v", err)
+	}
+	return &store{
+		admin:  d,
+		ledger: ledger,
+		close:  func() { db.Close(); edb.Close() },
+		where:  path,
+		newOps: func(cfg *inbox.Config) (ops, error) { return inbox.NewClient(d, cfg) },
+	}, nil
 }
 
 // openMySQL connects to MySQL or MariaDB, telling them apart by the
