@@ -54,7 +54,7 @@ type store struct {
 	// ledger is the separate store of the effects ledger, if any: it is
 	// migrated too.
 	ledger inboxdriver.Admin
-	close func()
+	close  func()
 	// newOps returns a client over the store with cfg.
 	newOps func(cfg *inbox.Config) (ops, error)
 	// where names the database for messages, without a password.
