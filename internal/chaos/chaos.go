@@ -58,8 +58,10 @@ type Config struct {
 	// Duplicates is the fraction of events the producer sends twice.
 	// Defaults to DefaultDuplicates.
 	Duplicates float64
-	// Duration bounds the chaos phase; the drain that follows is bounded
-	// by it too. Defaults to DefaultDuration.
+	// Duration is how long faults are injected: the events are produced
+	// over its first four fifths, and the consumers drain under fire for the
+	// rest. The drain without faults that follows is bounded by it too.
+	// Defaults to DefaultDuration.
 	Duration time.Duration
 	// Seed makes the event set and the fault schedule repeatable. Zero
 	// picks one.
@@ -231,6 +233,9 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
+	// Faults go on for the whole duration, including after the last event
+	// is produced: the consumers then drain under fire. Only a failed
+	// producer ends the phase early.
 	var produceErr error
 	producing := true
 	sup.chaos(chaosCtx, r, func() bool {
@@ -241,7 +246,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 			default:
 			}
 		}
-		return !producing && produceErr == nil && st.drained(ctx, len(events))
+		return produceErr != nil
 	})
 	if producing {
 		produceErr = <-produced
