@@ -70,6 +70,8 @@ func (s *supervisor) start(ctx context.Context, i int) error {
 		cmd.Env = os.Environ()
 	}
 	cmd.Env = append(cmd.Env, "INBOX_CHAOS_SLOT="+fmt.Sprint(i))
+	// A consumer dies with the coordinator, whatever ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s.mu.Lock()
 	if s.faults {
 		cmd.Env = append(cmd.Env, "INBOX_FAULTS="+faultSpec(faultPerHit))
@@ -89,6 +91,12 @@ func (s *supervisor) start(ctx context.Context, i int) error {
 	p := &proc{slot: i, cmd: cmd, exited: make(chan struct{})}
 	s.mu.Lock()
 	s.procs[i] = p
+	// A stop that began while this process was starting has already taken
+	// the list of processes to stop: stop this one here.
+	if s.stopped {
+		p.stopped = true
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+	}
 	s.mu.Unlock()
 
 	var readers sync.WaitGroup

@@ -50,6 +50,8 @@ func runInbox(ctx context.Context, cfg *Config, st *store, k *kafka, s *scenario
 		if life.faults != "" {
 			cmd.Env = append(cmd.Environ(), "INBOX_FAULTS="+life.faults)
 		}
+		// A consumer dies with the demo, whatever ends it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
