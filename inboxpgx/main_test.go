@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // newDriver returns a driver over a fresh, migrated schema.
-func newDriver(t *testing.T, tables inboxdriver.Tables) (*inboxpgx.Driver, string) {
+func newDriver(t testing.TB, tables inboxdriver.Tables) (*inboxpgx.Driver, string) {
 	t.Helper()
 	pool := testdb.Pool(t)
 	tables.Schema = testdb.Schema(t)
@@ -58,7 +58,7 @@ func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
 		WaitingClaims: func(ctx context.Context) (int, error) {
 			var n int
 			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
+ WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
 			return n, err
 		},
 	}
