@@ -38,6 +38,7 @@ var commands = map[string]command{
 	"purge":   {summary: "delete inbox rows older than a window, in batches", run: runPurge},
 	"forget":  {summary: "delete one inbox row, so that its message applies again", run: runForget},
 	"stats":   {summary: "rows per consumer, the oldest row's age, the table size", run: runStats},
+	"bench":   {summary: "measure the inbox against no dedup, check-then-insert and Redis SETNX", run: runBench},
 }
 
 // usageError is a mistake in the command line. It exits with status 2.
