@@ -90,6 +90,9 @@ type Config struct {
 	// PurgeBaseline is how long claims are measured without a purge, before
 	// and again after it.
 	PurgeBaseline time.Duration
+	// PurgeBatchSize is the purge's batch size; zero takes the client's
+	// default, inbox.DefaultPurgeBatchSize.
+	PurgeBatchSize int
 	// IDRows is how many rows the inbox holds before UUIDv4 and UUIDv7 ids
 	// are compared. Zero leaves the comparison out.
 	IDRows int
@@ -151,6 +154,8 @@ func (c *Config) validate() error {
 		return configErrorf("Config.Warmup must not be negative, got %v", c.Warmup)
 	case c.PurgeRows < 0:
 		return configErrorf("Config.PurgeRows must not be negative, got %d", c.PurgeRows)
+	case c.PurgeBatchSize < 0:
+		return configErrorf("Config.PurgeBatchSize must not be negative, got %d", c.PurgeBatchSize)
 	case c.PurgeRows > 0 && c.PurgeBaseline <= 0:
 		return configErrorf("Config.PurgeBaseline must be positive, got %v", c.PurgeBaseline)
 	case c.IDRows < 0:

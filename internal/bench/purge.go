@@ -44,7 +44,7 @@ func (b *bench) runPurge(ctx context.Context) (*PurgeResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cleaner, err := inbox.NewClient(ad, nil)
+	cleaner, err := inbox.NewClient(ad, &inbox.Config{PurgeBatchSize: b.cfg.PurgeBatchSize})
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,8 @@ func (b *bench) runPurge(ctx context.Context) (*PurgeResult, error) {
 	}
 	res := &PurgeResult{
 		Rows:          purged,
-		BatchSize:     inbox.DefaultPurgeBatchSize,
+		BatchSize:     cleaner.Config().PurgeBatchSize,
+		Rest:          cleaner.Config().PurgeRest,
 		Workers:       n,
 		PurgeS:        round2(elapsed.Seconds()),
 		PurgeRowsPerS: round1(float64(purged) / elapsed.Seconds()),

@@ -71,7 +71,10 @@ type PurgeResult struct {
 	// Rows is the number of expired rows the purge deleted.
 	Rows      int64 `json:"rows"`
 	BatchSize int   `json:"batch_size"`
-	Workers   int   `json:"workers"`
+	// Rest is the client's Config.PurgeRest: how long the purge rests
+	// after each batch, as a multiple of the batch's time.
+	Rest    float64 `json:"rest"`
+	Workers int     `json:"workers"`
 	// PurgeS is how long the purge took, and PurgeRowsPerS its speed.
 	PurgeS        float64 `json:"purge_s"`
 	PurgeRowsPerS float64 `json:"purge_rows_per_s"`
@@ -215,8 +218,8 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	}
 	if pr := r.Purge; pr != nil {
 		p("\n## Purge under load\n\n")
-		p("Claims (`inbox`, %d workers) while a purge deletes %d expired rows in batches of %d, against the same claims without a purge (measured before and after it). The purge took %.1fs (%.0f rows/s).\n\n",
-			pr.Workers, pr.Rows, pr.BatchSize, pr.PurgeS, pr.PurgeRowsPerS)
+		p("Claims (`inbox`, %d workers) while a purge deletes %d expired rows in batches of %d, resting %g× each batch's time after it (Config.PurgeRest), against the same claims without a purge (measured before and after it). The purge took %.1fs (%.0f rows/s).\n\n",
+			pr.Workers, pr.Rows, pr.BatchSize, pr.Rest, pr.PurgeS, pr.PurgeRowsPerS)
 		p("| | claims/s | p50 ms | p99 ms | claims | seconds |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, f := range []struct {
 			name string

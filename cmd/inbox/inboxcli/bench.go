@@ -30,6 +30,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	fs.Var(&idDuration, "id-duration", "how long each id kind runs in each round (default 1s quick, 4s full)")
 	rounds := fs.Int("rounds", 0, "rounds of every row, each in a new order (default 7 quick, 15 full)")
 	purgeRows := fs.Int("purge-rows", -1, "expired rows the purge under load deletes; 0 leaves it out (default 500000 quick, 1000000 full)")
+	purgeBatch := fs.Int("purge-batch", 0, "rows per DELETE of the purge (default the client's, 10000)")
 	idRows := fs.Int("id-rows", -1, "rows in the inbox before UUIDv4 and UUIDv7 are compared; 0 leaves it out (default 100000 quick, 1000000 full)")
 	idRounds := fs.Int("id-rounds", 0, "rounds of each id kind (default 2 quick, 3 full)")
 	seed := fs.Uint64("seed", 1, "seed of the message streams and of the order of the rounds")
@@ -72,6 +73,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	if *purgeRows >= 0 {
 		cfg.PurgeRows = *purgeRows
 	}
+	cfg.PurgeBatchSize = *purgeBatch
 	if *idRows >= 0 {
 		cfg.IDRows = *idRows
 	}
