@@ -4,8 +4,7 @@
 // A claim travels with the BEGIN in one pipelined batch (pgx's
 // Batch.BeginTx), so processing a message costs the same round trips as the
 // bare BEGIN; UPDATE; COMMIT it protects: begin and claim, the handler's
-// statements, commit. The claim is one statement, its lock timeout
-// included.
+// statements, commit.
 //
 // # Concurrent duplicates
 //
@@ -80,17 +79,23 @@ func (d *Driver) Dialect() inboxdriver.Dialect { return inboxdriver.DialectPostg
 // Tables implements inboxdriver.Admin.
 func (d *Driver) Tables() inboxdriver.Tables { return d.tables }
 
-// BeginClaim implements inboxdriver.Driver. BEGIN and the claim, with its
-// lock timeout, go to the server in one pipelined batch of two statements.
+// BeginClaim implements inboxdriver.Driver. BEGIN, the lock timeout and the
+// claim go to the server in one pipelined batch.
 func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, bool, error) {
 	b := &pgx.Batch{}
 	b.BeginTx(d.txOptions)
-	claimed := d.queueClaim(b, p)
+	var claimed bool
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
+		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+			claimed = ct.RowsAffected() == 1
+			return nil
+		})
+	})
 	tx, err := d.sendBegin(ctx, b)
 	if err != nil {
 		return nil, false, err
 	}
-	return tx, *claimed, nil
+	return tx, claimed, nil
 }
 
 // BeginClaimBatch implements inboxdriver.Driver. One INSERT … SELECT FROM
@@ -99,19 +104,11 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 	b := &pgx.Batch{}
 	b.BeginTx(d.txOptions)
 	claimed := make([]bool, len(p.IDs))
-	if p.LockTimeout <= 0 {
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
 		b.Queue(d.q.claimBatch, p.Consumer, p.IDs, p.Now).Query(func(rows pgx.Rows) error {
 			return scanClaimed(rows, p.IDs, claimed)
 		})
-	} else {
-		b.Queue(d.q.claimBatchBounded, p.Consumer, p.IDs, p.Now, lockTimeout(p.LockTimeout)).QueryRow(func(row pgx.Row) error {
-			var ids []string
-			if err := row.Scan(&ids, nil); err != nil {
-				return err
-			}
-			return markClaimed(ids, p.IDs, claimed)
-		})
-	}
+	})
 	tx, err := d.sendBegin(ctx, b)
 	if err != nil {
 		return nil, nil, err
@@ -121,42 +118,54 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 
 // Claim implements inboxdriver.Driver, inside the caller's transaction.
 func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParams) (bool, error) {
+	if p.LockTimeout <= 0 {
+		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID, p.Now)
+		if err != nil {
+			return false, err
+		}
+		return ct.RowsAffected() == 1, nil
+	}
 	b := &pgx.Batch{}
-	claimed := d.queueClaim(b, p)
+	var claimed bool
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
+		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+			claimed = ct.RowsAffected() == 1
+			return nil
+		})
+	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return false, err
 	}
-	return *claimed, nil
+	return claimed, nil
 }
 
-// queueClaim queues the claim of one id and returns where its result will
-// be. With a lock timeout, the claim is the bounded one, which applies the
-// bound to the claim and not to the handler.
-func (d *Driver) queueClaim(b *pgx.Batch, p *inboxdriver.ClaimParams) *bool {
-	claimed := new(bool)
-	if p.LockTimeout <= 0 {
-		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
-			*claimed = ct.RowsAffected() == 1
-			return nil
-		})
-		return claimed
+// queueClaim queues the claim, bracketed by statements that bound its lock
+// wait and then restore the transaction's own lock_timeout, so that the
+// bound applies to the claim and not to the handler.
+func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch)) {
+	if lockTimeout <= 0 {
+		claim(b)
+		return
 	}
-	b.Queue(d.q.claimBounded, p.Consumer, p.ID, p.Now, lockTimeout(p.LockTimeout)).QueryRow(func(row pgx.Row) error {
-		var n int64
-		if err := row.Scan(&n, nil); err != nil {
-			return err
-		}
-		*claimed = n == 1
-		return nil
-	})
-	return claimed
+	ms := max(lockTimeout.Milliseconds(), 1)
+	b.Queue(setLockTimeout, fmt.Sprintf("%dms", ms))
+	claim(b)
+	b.Queue(restoreLockTimeout)
 }
 
-// lockTimeout renders a lock timeout for set_config, in whole milliseconds
-// and at least one, since zero would mean no bound.
-func lockTimeout(d time.Duration) string {
-	return fmt.Sprintf("%dms", max(d.Milliseconds(), 1))
-}
+// The lock-timeout bracket. The saved value lives in a transaction-local
+// custom setting, so the restore is exact even inside a caller's
+// transaction that set its own lock_timeout. The save is nested in the
+// set's argument, so that it comes first whatever the order in which the
+// server evaluates a target list.
+//
+// Folding the bracket into the claim statement (a CTE that sets, claims and
+// restores) was measured and was not cheaper: see docs/BENCHMARKS.md.
+const (
+	setLockTimeout = `SELECT set_config('lock_timeout',
+    $1::text || left(set_config('inbox.saved_lock_timeout', current_setting('lock_timeout'), true), 0), true)`
+	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('inbox.saved_lock_timeout'), true)`
+)
 
 // sendBegin sends a batch that begins a transaction and returns the
 // transaction, or rolls it back and returns the batch's error.
@@ -171,35 +180,22 @@ func (d *Driver) sendBegin(ctx context.Context, b *pgx.Batch) (pgx.Tx, error) {
 }
 
 func scanClaimed(rows pgx.Rows, ids []string, claimed []bool) error {
-	var got []string
+	at := make(map[string]int, len(ids))
+	for i, id := range ids {
+		at[id] = i
+	}
 	var id string
 	for rows.Next() {
 		if err := rows.Scan(&id); err != nil {
 			return err
 		}
-		got = append(got, id)
-	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return markClaimed(got, ids, claimed)
-}
-
-// markClaimed sets claimed[i] for each ids[i] in got, the ids the claim
-// returned.
-func markClaimed(got, ids []string, claimed []bool) error {
-	at := make(map[string]int, len(ids))
-	for i, id := range ids {
-		at[id] = i
-	}
-	for _, id := range got {
 		i, ok := at[id]
 		if !ok {
 			return fmt.Errorf("inboxpgx: claim returned id %q that was not asked for", id)
 		}
 		claimed[i] = true
 	}
-	return nil
+	return rows.Err()
 }
 
 // Commit implements inboxdriver.Driver.
