@@ -249,6 +249,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	rep.Targets = rep.Ratios()
+	rep.Machine.LoadEnd = loadAvg()
 	return rep, nil
 }
 

@@ -121,6 +121,10 @@ type Machine struct {
 	Go         string            `json:"go"`
 	Postgres   string            `json:"postgres"`
 	PGSettings map[string]string `json:"pg_settings"`
+	// LoadStart and LoadEnd are the machine's load averages (1, 5 and 15
+	// minutes) when the run started and ended: what else was running.
+	LoadStart string `json:"load_start,omitempty"`
+	LoadEnd   string `json:"load_end,omitempty"`
 }
 
 // Settings are the configuration of the run.
@@ -151,6 +155,7 @@ var pgSettings = []string{"shared_buffers", "synchronous_commit", "fsync", "wal_
 func (b *bench) machine(ctx context.Context) Machine {
 	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(), PGSettings: map[string]string{}}
 	m.CPUModel, m.MemoryMB = procInfo()
+	m.LoadStart = loadAvg()
 	_ = b.admin.QueryRow(ctx, `SHOW server_version`).Scan(&m.Postgres)
 	rows, err := b.admin.Query(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY($1)`, pgSettings)
 	if err == nil {
@@ -163,6 +168,19 @@ func (b *bench) machine(ctx context.Context) Machine {
 		rows.Close()
 	}
 	return m
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages on Linux, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // procInfo reads the CPU model and the memory size on Linux; elsewhere it
@@ -256,7 +274,11 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			first = false
 		}
 	}
-	p(").\n")
+	p(").")
+	if m.LoadStart != "" {
+		p(" Load averages (1, 5, 15 min): %s at the start, %s at the end.", m.LoadStart, m.LoadEnd)
+	}
+	p("\n")
 	return bw.Flush()
 }
 
