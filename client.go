@@ -76,10 +76,8 @@ type Config struct {
 
 	// PurgeRest is how long Purge and RunCleaner rest after each batch, as
 	// a multiple of the time the batch took, so that a purge of many rows
-	// leaves the database to the consumers: at 1 a purge works half of the
-	// time and its batches queue no more WAL in front of the consumers'
-	// commits than they can flush. Negative does not rest. Defaults to
-	// DefaultPurgeRest (1).
+	// leaves the database to the consumers: at 1 a purge works at most half
+	// of the time. Negative does not rest. Defaults to DefaultPurgeRest (1).
 	PurgeRest float64
 
 	// CleanerInterval is the time between RunCleaner's purges. Defaults to

@@ -58,7 +58,7 @@ func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
 		WaitingClaims: func(ctx context.Context) (int, error) {
 			var n int
 			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
+ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
 			return n, err
 		},
 	}
