@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -19,6 +20,7 @@ const (
 	DefaultReplayHorizon      = 14 * 24 * time.Hour
 	DefaultRetention          = 30 * 24 * time.Hour
 	DefaultPurgeBatchSize     = 10_000
+	DefaultPurgeRest          = 1.0
 	DefaultCleanerInterval    = time.Hour
 )
 
@@ -72,6 +74,12 @@ type Config struct {
 	// DefaultPurgeBatchSize (10,000).
 	PurgeBatchSize int
 
+	// PurgeRest is how long Purge and RunCleaner rest after each batch, as
+	// a multiple of the time the batch took, so that a purge of many rows
+	// leaves the database to the consumers: at 1 a purge works at most half
+	// of the time. Negative does not rest. Defaults to DefaultPurgeRest (1).
+	PurgeRest float64
+
 	// CleanerInterval is the time between RunCleaner's purges. Defaults to
 	// DefaultCleanerInterval (1h).
 	CleanerInterval time.Duration
@@ -114,6 +122,12 @@ func (c *Config) withDefaults() Config {
 	if out.PurgeBatchSize == 0 {
 		out.PurgeBatchSize = DefaultPurgeBatchSize
 	}
+	if out.PurgeRest == 0 {
+		out.PurgeRest = DefaultPurgeRest
+	}
+	if out.PurgeRest < 0 {
+		out.PurgeRest = 0
+	}
 	if out.CleanerInterval == 0 {
 		out.CleanerInterval = DefaultCleanerInterval
 	}
@@ -137,6 +151,8 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 		return fmt.Errorf("inbox: Config.Retention (%v) is shorter than Config.ReplayHorizon (%v): %w", c.Retention, c.ReplayHorizon, ErrWindowTooShort)
 	case c.PurgeBatchSize < 0:
 		return fmt.Errorf("inbox: Config.PurgeBatchSize must be positive, got %d", c.PurgeBatchSize)
+	case math.IsNaN(c.PurgeRest) || math.IsInf(c.PurgeRest, 0) || c.PurgeRest > 100:
+		return fmt.Errorf("inbox: Config.PurgeRest must be a number up to 100, got %v", c.PurgeRest)
 	case c.CleanerInterval < 0:
 		return fmt.Errorf("inbox: Config.CleanerInterval must be positive, got %v", c.CleanerInterval)
 	}

@@ -27,7 +27,9 @@ type PurgeParams struct {
 // Purge deletes inbox rows older than p.OlderThan, with the effect-ledger
 // rows of the same messages, in batches of at most p.BatchSize, until a batch
 // comes back short. Each batch is its own short transaction that skips rows
-// locked by in-flight claims, so consumers keep claiming while it runs.
+// locked by in-flight claims, so consumers keep claiming while it runs; after
+// each batch it rests as Config.PurgeRest says, so that they keep their
+// share of the database too.
 //
 // Purge refuses, with ErrWindowTooShort, a window shorter than
 // Config.ReplayHorizon: inside the horizon a replayed message would look new
@@ -63,6 +65,7 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	}
 	var total int64
 	for {
+		start := time.Now()
 		n, err := c.driver.PurgeBatch(ctx, params)
 		total += n
 		if err != nil {
@@ -74,9 +77,25 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		if n < int64(p.BatchSize) {
 			return total, nil
 		}
-		if err := ctx.Err(); err != nil {
+		if err := c.rest(ctx, time.Since(start)); err != nil {
 			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, err)
 		}
+	}
+}
+
+// rest waits Config.PurgeRest times worked, or until ctx is done.
+func (c *Client[TTx]) rest(ctx context.Context, worked time.Duration) error {
+	d := time.Duration(float64(worked) * c.config.PurgeRest)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

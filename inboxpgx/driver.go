@@ -163,9 +163,15 @@ func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(
 
 // The lock-timeout bracket. The saved value lives in a transaction-local
 // custom setting, so the restore is exact even inside a caller's
-// transaction that set its own lock_timeout.
+// transaction that set its own lock_timeout. The save is nested in the
+// set's argument, so that it comes first whatever the order in which the
+// server evaluates a target list.
+//
+// Folding the bracket into the claim statement (a CTE that sets, claims and
+// restores) was measured and was not cheaper: see docs/BENCHMARKS.md.
 const (
-	setLockTimeout     = `SELECT set_config('inbox.saved_lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', $1, true)`
+	setLockTimeout = `SELECT set_config('lock_timeout',
+    $1::text || left(set_config('inbox.saved_lock_timeout', current_setting('lock_timeout'), true), 0), true)`
 	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('inbox.saved_lock_timeout'), true)`
 )
 

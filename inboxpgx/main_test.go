@@ -16,7 +16,7 @@ import (
 func TestMain(m *testing.M) { testdb.Main(m) }
 
 // newDriver returns a driver over a fresh, migrated schema.
-func newDriver(t *testing.T, tables inboxdriver.Tables) (*inboxpgx.Driver, string) {
+func newDriver(t testing.TB, tables inboxdriver.Tables) (*inboxpgx.Driver, string) {
 	t.Helper()
 	pool := testdb.Pool(t)
 	tables.Schema = testdb.Schema(t)

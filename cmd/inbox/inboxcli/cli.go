@@ -44,6 +44,7 @@ var commands = map[string]command{
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},
+	"bench":          {summary: "measure the inbox against no dedup, check-then-insert and Redis SETNX", run: runBench},
 }
 
 // usageError is a mistake in the command line. It exits with status 2.

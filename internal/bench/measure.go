@@ -1,0 +1,253 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+)
+
+// run is one measurement: a row at a worker count for a while.
+type run struct {
+	msgs, ops int64
+	// elapsed is the wall time from the start until the last worker
+	// stopped.
+	elapsed time.Duration
+	// msgsPerS is the sum of the workers' rates, each its messages over the
+	// time from the start to the end of its last op. Summing rates keeps
+	// the tail, where early finishers idle while a long op (a batch of a
+	// thousand) completes, out of the figure.
+	msgsPerS float64
+	lat      []time.Duration
+}
+
+func (r run) rate() float64 { return r.msgsPerS }
+
+// drive runs r's op on n workers until stop is closed, and returns what
+// they did. The first failing op stops every worker and is the error.
+func (b *bench) drive(ctx context.Context, r *row, n int, ids idKind, stop <-chan struct{}) (run, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		firstEr error
+		out     run
+	)
+	start := time.Now()
+	for i := range n {
+		w := b.workers[i]
+		w.part, w.parts, w.batch, w.ids = i, n, r.batch, ids
+		w.lat = w.lat[:0]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ops int64
+			for {
+				select {
+				case <-stop:
+				case <-ctx.Done():
+				default:
+					t0 := time.Now()
+					if err := r.op(ctx, b, w); err != nil {
+						mu.Lock()
+						if firstEr == nil {
+							firstEr = fmt.Errorf("bench: row %s at %d workers: %w", r.name, n, err)
+						}
+						mu.Unlock()
+						cancel()
+						return
+					}
+					w.lat = append(w.lat, time.Since(t0))
+					ops++
+					continue
+				}
+				busy := time.Since(start)
+				mu.Lock()
+				out.ops += ops
+				out.msgsPerS += float64(ops*int64(r.batch)) / busy.Seconds()
+				out.lat = append(out.lat, w.lat...)
+				mu.Unlock()
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	out.elapsed = time.Since(start)
+	out.msgs = out.ops * int64(r.batch)
+	if firstEr != nil {
+		return run{}, firstEr
+	}
+	if err := ctx.Err(); err != nil {
+		return run{}, err
+	}
+	return out, nil
+}
+
+// timed runs r for d.
+func (b *bench) timed(ctx context.Context, r *row, n int, ids idKind, d time.Duration) (run, error) {
+	stop := make(chan struct{})
+	t := time.AfterFunc(d, func() { close(stop) })
+	defer t.Stop()
+	return b.drive(ctx, r, n, ids, stop)
+}
+
+// measured runs r for d, and reads the WAL it wrote and the CPU it took.
+func (b *bench) measured(ctx context.Context, r *row, n int, ids idKind, d time.Duration) (run, usage, error) {
+	m0, err := b.mark(ctx)
+	if err != nil {
+		return run{}, usage{}, err
+	}
+	res, err := b.timed(ctx, r, n, ids, d)
+	if err != nil {
+		return run{}, usage{}, err
+	}
+	m1, err := b.mark(ctx)
+	if err != nil {
+		return run{}, usage{}, err
+	}
+	return res, since(m0, m1), nil
+}
+
+// cell is a row at one worker count, and what its rounds measured.
+type cell struct {
+	row     *row
+	workers int
+	rates   []float64
+	wal     []float64 // WAL bytes per message, per round
+	lat     []time.Duration
+	msgs    int64
+	ops     int64
+	// server and client are the CPU time the rounds took; serverOK is false
+	// when the server's could not be read.
+	server, client time.Duration
+	serverOK       bool
+}
+
+func (c *cell) add(r run, u usage) {
+	c.rates = append(c.rates, r.rate())
+	c.lat = append(c.lat, r.lat...)
+	c.msgs += r.msgs
+	c.ops += r.ops
+	if r.msgs > 0 {
+		c.wal = append(c.wal, float64(u.wal)/float64(r.msgs))
+	}
+	c.serverOK = u.serverOK && (c.serverOK || len(c.rates) == 1)
+	c.server += u.server
+	c.client += u.client
+}
+
+// cpuPerMsg returns d over msgs messages in microseconds.
+func cpuPerMsg(d time.Duration, msgs int64) *float64 {
+	if msgs == 0 {
+		return nil
+	}
+	return ptr(round1(float64(d.Microseconds()) / float64(msgs)))
+}
+
+// runRows warms every cell up, then runs the rounds, each in a new order.
+func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
+	var cells []*cell
+	for _, r := range b.rows {
+		for _, n := range b.cfg.Workers {
+			cells = append(cells, &cell{row: r, workers: n})
+		}
+	}
+	if b.cfg.Warmup > 0 {
+		b.logf("warm-up: %d rows × %d worker counts, %v each", len(b.rows), len(b.cfg.Workers), b.cfg.Warmup)
+		for _, c := range cells {
+			if _, err := b.timed(ctx, c.row, c.workers, idV7, b.cfg.Warmup); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for round := range b.cfg.Rounds {
+		b.logf("round %d of %d", round+1, b.cfg.Rounds)
+		for _, i := range rng.Perm(len(cells)) {
+			c := cells[i]
+			r, u, err := b.measured(ctx, c.row, c.workers, idV7, b.cfg.Duration)
+			if err != nil {
+				return nil, err
+			}
+			c.add(r, u)
+		}
+	}
+	inboxBytes, err := b.bytesPerRow(ctx, b.pg.inboxTable)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]Result, 0, len(cells))
+	for _, c := range cells {
+		res := Result{
+			Name:     c.row.name,
+			Workers:  c.workers,
+			MsgsPerS: round1(median(c.rates)),
+			P50Ms:    ms(percentile(c.lat, 0.50)),
+			P99Ms:    ms(percentile(c.lat, 0.99)),
+			Batch:    c.row.batch,
+			Msgs:     c.msgs,
+			Ops:      c.ops,
+			Rounds:   len(c.rates),
+			MinRate:  round1(slices.Min(c.rates)),
+			MaxRate:  round1(slices.Max(c.rates)),
+		}
+		if c.row.postgres && len(c.wal) > 0 {
+			res.WALBytesPerMsg = ptr(round1(max(slices.Min(c.wal), 0)))
+		}
+		if c.row.inbox {
+			res.InboxBytesPerRow = ptr(inboxBytes)
+		}
+		if c.row.postgres && c.serverOK {
+			res.ServerCPUUsPerMsg = cpuPerMsg(c.server, c.msgs)
+		}
+		res.ClientCPUUsPerMsg = cpuPerMsg(c.client, c.msgs)
+		results = append(results, res)
+	}
+	return results, nil
+}
+
+// bytesPerRow is the size of a table with its indexes over its row count.
+func (b *bench) bytesPerRow(ctx context.Context, table string) (float64, error) {
+	var size, n int64
+	err := b.admin.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass), (SELECT count(*) FROM `+table+`)`, table).Scan(&size, &n)
+	if err != nil {
+		return 0, fmt.Errorf("bench: size of %s: %w", table, err)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return round1(float64(size) / float64(n)), nil
+}
+
+// percentile returns the nearest-rank q-quantile of lat, sorting it.
+func percentile(lat []time.Duration, q float64) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	i := int(math.Ceil(q*float64(len(lat)))) - 1
+	return lat[max(i, 0)]
+}
+
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) float64 {
+	return math.Round(float64(d)/float64(time.Millisecond)*1000) / 1000
+}
+
+func round1(x float64) float64 { return math.Round(x*10) / 10 }
+
+func ptr[T any](x T) *T { return &x }

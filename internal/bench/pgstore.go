@@ -1,0 +1,154 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
+	"github.com/txinbox/inbox/inboxpgx"
+)
+
+// dupIDs is how many ids the inbox-duplicate row draws from.
+const dupIDs = 20_000
+
+// pgStore is the Postgres side of the run: the accounts, the table of the
+// check-then-insert row, and the inbox.
+type pgStore struct {
+	// update is the side effect, the same statement for every row.
+	update                   string
+	checkSelect, checkInsert string
+	inboxTable               string
+	client                   *inbox.Client[pgx.Tx]
+	handler                  inbox.Handler[pgx.Tx]
+	// dupIDs are ids the inbox holds for consumer, for inbox-duplicate.
+	dupIDs []string
+}
+
+// setup creates the accounts, the check-then-insert table and the inbox in
+// b's schema.
+func (s *pgStore) setup(ctx context.Context, b *bench) error {
+	accounts := b.table("accounts")
+	seen := b.table("processed")
+	stmts := []struct {
+		sql  string
+		args []any
+	}{
+		{sql: `CREATE TABLE ` + accounts + ` (id integer PRIMARY KEY, balance bigint NOT NULL DEFAULT 0)`},
+		{sql: `INSERT INTO ` + accounts + ` (id) SELECT generate_series(1, $1::integer)`, args: []any{b.cfg.Accounts}},
+		// The hand-rolled table has the inbox's shape, so that the two rows
+		// differ only in how they use it.
+		{sql: `CREATE TABLE ` + seen + ` (
+    consumer_name text        NOT NULL,
+    message_id    uuid        NOT NULL,
+    processed_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer_name, message_id)
+)`},
+	}
+	for _, q := range stmts {
+		if _, err := b.admin.Exec(ctx, q.sql, q.args...); err != nil {
+			return fmt.Errorf("bench: setup: %w", err)
+		}
+	}
+	s.update = `UPDATE ` + accounts + ` SET balance = balance + $1 WHERE id = $2`
+	s.checkSelect = `SELECT 1 FROM ` + seen + ` WHERE consumer_name = $1 AND message_id = $2`
+	s.checkInsert = `INSERT INTO ` + seen + ` (consumer_name, message_id) VALUES ($1, $2)`
+
+	tables := inboxdriver.Tables{Schema: b.schema}
+	client, err := newInbox(ctx, b.admin, b.pool, tables)
+	if err != nil {
+		return err
+	}
+	s.client = client
+	s.inboxTable = b.table(inboxdriver.DefaultInboxTable)
+	s.handler = inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+		account, amount, err := decodeEffect(msg.Payload)
+		if err != nil {
+			return inbox.Permanent(err)
+		}
+		_, err = tx.Exec(ctx, s.update, amount, account)
+		return err
+	})
+	rows, err := b.admin.Query(ctx, `INSERT INTO `+s.inboxTable+` (consumer_name, message_id)
+SELECT $1, gen_random_uuid() FROM generate_series(1, $2::integer) RETURNING message_id::text`, consumer, dupIDs)
+	if err != nil {
+		return fmt.Errorf("bench: seed duplicate ids: %w", err)
+	}
+	s.dupIDs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("bench: seed duplicate ids: %w", err)
+	}
+	if _, err := b.admin.Exec(ctx, `VACUUM ANALYZE `+accounts); err != nil {
+		return fmt.Errorf("bench: setup: %w", err)
+	}
+	if _, err := b.admin.Exec(ctx, `ANALYZE `+s.inboxTable); err != nil {
+		return fmt.Errorf("bench: setup: %w", err)
+	}
+	return nil
+}
+
+// newInbox migrates the inbox tables named by tables with admin and
+// returns a client whose transactions run on pool.
+func newInbox(ctx context.Context, admin, pool *pgxpool.Pool, tables inboxdriver.Tables) (*inbox.Client[pgx.Tx], error) {
+	ad, err := inboxpgx.New(admin, &inboxpgx.Config{Tables: tables})
+	if err != nil {
+		return nil, err
+	}
+	m, err := inboxmigrate.New(ad)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.Up(ctx); err != nil {
+		return nil, fmt.Errorf("bench: migrate: %w", err)
+	}
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: tables})
+	if err != nil {
+		return nil, err
+	}
+	return inbox.NewClient(d, nil)
+}
+
+// applyBare applies e's effect in a transaction of its own.
+func (s *pgStore) applyBare(ctx context.Context, pool *pgxpool.Pool, e *effect) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, s.update, e.amount, e.account); err != nil {
+		rollback(ctx, tx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// processBatch processes es in one ProcessBatch and checks that every
+// message had outcome want.
+func (s *pgStore) processBatch(ctx context.Context, w *worker, es []*effect, want inbox.Outcome) error {
+	results, err := s.client.ProcessBatch(ctx, consumer, w.messages(es), s.handler)
+	if err != nil {
+		return err
+	}
+	for i, r := range results {
+		if r.Err != nil {
+			return r.Err
+		}
+		if r.Outcome != want {
+			return fmt.Errorf("message %s: got %v, want %v", es[i].msg.ID, r.Outcome, want)
+		}
+	}
+	return nil
+}
+
+// randomSuffix returns 12 random hex digits for the names of the run's
+// schema and keys.
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

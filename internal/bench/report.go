@@ -1,0 +1,332 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+)
+
+// Report is what a run measured. It marshals to the JSON of
+// `inbox bench --json`.
+type Report struct {
+	// Results has one entry per row and worker count, in the order of the
+	// rows and then of Config.Workers.
+	Results []Result     `json:"results"`
+	Purge   *PurgeResult `json:"purge,omitempty"`
+	IDs     *IDsResult   `json:"ids,omitempty"`
+	// Targets are the issue's ratios, computed from this run.
+	Targets  []Ratio  `json:"targets,omitempty"`
+	Machine  Machine  `json:"machine"`
+	Settings Settings `json:"settings"`
+}
+
+// Result is one row at one worker count.
+type Result struct {
+	Name    string `json:"name"`
+	Workers int    `json:"workers"`
+	// MsgsPerS is the median over the rounds of messages applied per second.
+	MsgsPerS float64 `json:"msgs_per_s"`
+	// P50Ms and P99Ms are latencies of one op (one message, or one batch
+	// for the batch rows: every message of a batch commits with it), in
+	// milliseconds, over every op of every round.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	// Batch is the number of messages one op applies.
+	Batch  int   `json:"batch"`
+	Msgs   int64 `json:"msgs"`
+	Ops    int64 `json:"ops"`
+	Rounds int   `json:"rounds"`
+	// MinRate and MaxRate are the slowest and fastest rounds, in msgs/s.
+	MinRate float64 `json:"msgs_per_s_min"`
+	MaxRate float64 `json:"msgs_per_s_max"`
+	// WALBytesPerMsg is the least over the rounds of the WAL written per
+	// message, for rows whose effect is in Postgres.
+	WALBytesPerMsg *float64 `json:"wal_bytes_per_msg,omitempty"`
+	// InboxBytesPerRow is the inbox table's size, with its indexes, over
+	// its rows at the end of the rounds, for the Postgres inbox rows.
+	InboxBytesPerRow *float64 `json:"inbox_bytes_per_row,omitempty"`
+	// ServerCPUUsPerMsg is the CPU time the Postgres backends of the
+	// workers' pool spent per message, in microseconds, over every round;
+	// ClientCPUUsPerMsg is the benchmark process's. They are left out
+	// where they cannot be read (a remote server).
+	ServerCPUUsPerMsg *float64 `json:"server_cpu_us_per_msg,omitempty"`
+	ClientCPUUsPerMsg *float64 `json:"client_cpu_us_per_msg,omitempty"`
+}
+
+// Figures are a throughput and its latencies.
+type Figures struct {
+	MsgsPerS float64 `json:"msgs_per_s"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	Msgs     int64   `json:"msgs"`
+	Seconds  float64 `json:"seconds"`
+}
+
+// PurgeResult compares claims while a purge runs with claims without one.
+type PurgeResult struct {
+	// Rows is the number of expired rows the purge deleted.
+	Rows      int64 `json:"rows"`
+	BatchSize int   `json:"batch_size"`
+	// Rest is the client's Config.PurgeRest: how long the purge rests
+	// after each batch, as a multiple of the batch's time.
+	Rest    float64 `json:"rest"`
+	Workers int     `json:"workers"`
+	// PurgeS is how long the purge took, and PurgeRowsPerS its speed.
+	PurgeS        float64 `json:"purge_s"`
+	PurgeRowsPerS float64 `json:"purge_rows_per_s"`
+	// Without are the claims without a purge: measured before it and again
+	// after it, together. Before and After are the two halves.
+	Without Figures `json:"without"`
+	During  Figures `json:"during"`
+	Before  Figures `json:"before"`
+	After   Figures `json:"after"`
+	// P99Ratio is During.P99Ms over Without.P99Ms; RateRatio likewise for
+	// msgs/s.
+	P99Ratio  float64 `json:"p99_ratio"`
+	RateRatio float64 `json:"rate_ratio"`
+}
+
+// IDsResult compares random UUIDv4 ids with time-ordered UUIDv7 ids on an
+// inbox that already holds Rows rows.
+type IDsResult struct {
+	Rows    int       `json:"rows"`
+	Workers int       `json:"workers"`
+	V4      IDFigures `json:"uuidv4"`
+	V7      IDFigures `json:"uuidv7"`
+	// Checkpoint reports whether each measurement started right after a
+	// CHECKPOINT (it needs a superuser), so that both kinds pay the same
+	// full-page writes.
+	Checkpoint bool `json:"checkpoint"`
+}
+
+// IDFigures are one id kind's figures.
+type IDFigures struct {
+	Figures
+	WALBytesPerMsg    float64  `json:"wal_bytes_per_msg"`
+	InboxBytesPerRow  float64  `json:"inbox_bytes_per_row"`
+	ServerCPUUsPerMsg *float64 `json:"server_cpu_us_per_msg,omitempty"`
+}
+
+// Machine describes where the run ran.
+type Machine struct {
+	OS         string            `json:"os"`
+	Arch       string            `json:"arch"`
+	CPUs       int               `json:"cpus"`
+	CPUModel   string            `json:"cpu_model,omitempty"`
+	MemoryMB   int64             `json:"memory_mb,omitempty"`
+	Go         string            `json:"go"`
+	Postgres   string            `json:"postgres"`
+	PGSettings map[string]string `json:"pg_settings"`
+	// LoadStart and LoadEnd are the machine's load averages (1, 5 and 15
+	// minutes) when the run started and ended: what else was running.
+	LoadStart string `json:"load_start,omitempty"`
+	LoadEnd   string `json:"load_end,omitempty"`
+}
+
+// Settings are the configuration of the run.
+type Settings struct {
+	// Schema is the random schema the run used and dropped.
+	Schema        string   `json:"schema"`
+	Rows          []string `json:"rows"`
+	Workers       []int    `json:"workers"`
+	Accounts      int      `json:"accounts"`
+	PoolSize      int      `json:"pool_size"`
+	WarmupS       float64  `json:"warmup_s"`
+	DurationS     float64  `json:"duration_s"`
+	Rounds        int      `json:"rounds"`
+	PurgeRows     int      `json:"purge_rows"`
+	IDRows        int      `json:"id_rows"`
+	IDDurationS   float64  `json:"id_duration_s"`
+	IDRounds      int      `json:"id_rounds"`
+	Seed          uint64   `json:"seed"`
+	GoMaxProcs    int      `json:"gomaxprocs"`
+	IDKind        string   `json:"id_kind"`
+	SideEffectSQL string   `json:"side_effect_sql"`
+}
+
+// pgSettings are the server settings that decide these figures.
+var pgSettings = []string{"shared_buffers", "synchronous_commit", "fsync", "wal_sync_method", "full_page_writes",
+	"wal_compression", "checkpoint_timeout", "max_wal_size", "autovacuum", "max_connections"}
+
+func (b *bench) machine(ctx context.Context) Machine {
+	m := Machine{OS: runtime.GOOS, Arch: runtime.GOARCH, CPUs: runtime.NumCPU(), Go: runtime.Version(), PGSettings: map[string]string{}}
+	m.CPUModel, m.MemoryMB = procInfo()
+	m.LoadStart = loadAvg()
+	_ = b.admin.QueryRow(ctx, `SHOW server_version`).Scan(&m.Postgres)
+	rows, err := b.admin.Query(ctx, `SELECT name, current_setting(name) FROM pg_settings WHERE name = ANY($1)`, pgSettings)
+	if err == nil {
+		for rows.Next() {
+			var k, v string
+			if rows.Scan(&k, &v) == nil {
+				m.PGSettings[k] = v
+			}
+		}
+		rows.Close()
+	}
+	return m
+}
+
+// loadAvg returns the 1, 5 and 15 minute load averages on Linux, or "".
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// procInfo reads the CPU model and the memory size on Linux; elsewhere it
+// returns nothing.
+func procInfo() (model string, memMB int64) {
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			if k, v, ok := strings.Cut(s.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				model = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		s := bufio.NewScanner(f)
+		for s.Scan() {
+			var kb int64
+			if n, _ := fmt.Sscanf(s.Text(), "MemTotal: %d kB", &kb); n == 1 {
+				memMB = kb / 1024
+				break
+			}
+		}
+		f.Close()
+	}
+	return model, memMB
+}
+
+// WriteMarkdown writes the report as Markdown tables.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	p := func(format string, args ...any) { fmt.Fprintf(bw, format, args...) }
+	p("## Rows\n\n")
+	p("One side effect, `%s`, over %d accounts; every row shares a pool of %d connections. ", r.Settings.SideEffectSQL, r.Settings.Accounts, r.Settings.PoolSize)
+	p("msgs/s is the median of %d rounds of %gs (slowest–fastest round in brackets); latency is per operation (a batch for the batch rows); WAL is per message, the least of the rounds.\n\n",
+		r.Settings.Rounds, r.Settings.DurationS)
+	p("| row | workers | msgs/s | (min–max) | p50 ms | p99 ms | WAL B/msg | inbox B/row | server CPU µs/msg | client CPU µs/msg |\n")
+	p("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, x := range r.Results {
+		p("| `%s` | %d | %.0f | %.0f–%.0f | %.2f | %.2f | %s | %s | %s | %s |\n", x.Name, x.Workers, x.MsgsPerS, x.MinRate, x.MaxRate,
+			x.P50Ms, x.P99Ms, optional(x.WALBytesPerMsg), optional(x.InboxBytesPerRow), optional(x.ServerCPUUsPerMsg), optional(x.ClientCPUUsPerMsg))
+	}
+	if ratios := r.Ratios(); len(ratios) > 0 {
+		p("\n### Targets\n\n| target | measured | met |\n| --- | ---: | :---: |\n")
+		for _, t := range ratios {
+			met := "no"
+			if t.Met {
+				met = "yes"
+			}
+			p("| %s | %.2f | %s |\n", t.Name, t.Value, met)
+		}
+	}
+	if pr := r.Purge; pr != nil {
+		p("\n## Purge under load\n\n")
+		p("Claims (`inbox`, %d workers) while a purge deletes %d expired rows in batches of %d, resting %g× each batch's time after it (Config.PurgeRest), against the same claims without a purge (measured before and after it). The purge took %.1fs (%.0f rows/s).\n\n",
+			pr.Workers, pr.Rows, pr.BatchSize, pr.Rest, pr.PurgeS, pr.PurgeRowsPerS)
+		p("| | claims/s | p50 ms | p99 ms | claims | seconds |\n| --- | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, f := range []struct {
+			name string
+			f    Figures
+		}{{"without a purge", pr.Without}, {"during the purge", pr.During}, {"(before)", pr.Before}, {"(after)", pr.After}} {
+			p("| %s | %.0f | %.2f | %.2f | %d | %.1f |\n", f.name, f.f.MsgsPerS, f.f.P50Ms, f.f.P99Ms, f.f.Msgs, f.f.Seconds)
+		}
+		p("\np99 during ÷ without: %.2f; claims/s during ÷ without: %.2f.\n", pr.P99Ratio, pr.RateRatio)
+	}
+	if ids := r.IDs; ids != nil {
+		p("\n## Ids: UUIDv4 against UUIDv7\n\n")
+		cp := "right after a CHECKPOINT"
+		if !ids.Checkpoint {
+			cp = "without a CHECKPOINT (not a superuser)"
+		}
+		p("`inbox` at %d workers on an inbox that already holds %d rows of the same kind, each measurement %s.\n\n", ids.Workers, ids.Rows, cp)
+		p("| ids | msgs/s | p50 ms | p99 ms | WAL B/msg | inbox B/row | server CPU µs/msg |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, f := range []struct {
+			name string
+			f    IDFigures
+		}{{"UUIDv4 (random)", ids.V4}, {"UUIDv7 (time-ordered)", ids.V7}} {
+			p("| %s | %.0f | %.2f | %.2f | %.0f | %.1f | %s |\n", f.name, f.f.MsgsPerS, f.f.P50Ms, f.f.P99Ms, f.f.WALBytesPerMsg, f.f.InboxBytesPerRow, optional(f.f.ServerCPUUsPerMsg))
+		}
+	}
+	m := r.Machine
+	p("\n## Machine\n\n%s/%s, %d CPUs (%s), %d MB, %s, PostgreSQL %s (", m.OS, m.Arch, m.CPUs, m.CPUModel, m.MemoryMB, m.Go, m.Postgres)
+	first := true
+	for _, k := range pgSettings {
+		if v, ok := m.PGSettings[k]; ok {
+			if !first {
+				p(", ")
+			}
+			p("%s=%s", k, v)
+			first = false
+		}
+	}
+	p(").")
+	if m.LoadStart != "" {
+		p(" Load averages (1, 5, 15 min): %s at the start, %s at the end.", m.LoadStart, m.LoadEnd)
+	}
+	p("\n")
+	return bw.Flush()
+}
+
+func optional(x *float64) string {
+	if x == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", *x)
+}
+
+// Ratio is one of the issue's targets, computed from a report.
+type Ratio struct {
+	Name  string  `json:"name"`
+	Value float64 `json:"value"`
+	Want  float64 `json:"want"`
+	// Met reports Value >= Want, or Value <= Want for LessIsBetter.
+	Met          bool `json:"met"`
+	LessIsBetter bool `json:"less_is_better,omitempty"`
+}
+
+// Ratios computes the targets the report has the rows for.
+func (r *Report) Ratios() []Ratio {
+	get := func(name string, workers int) *Result {
+		for i := range r.Results {
+			if r.Results[i].Name == name && r.Results[i].Workers == workers {
+				return &r.Results[i]
+			}
+		}
+		return nil
+	}
+	var out []Ratio
+	add := func(name, a string, aw int, b string, bw int, want float64) {
+		x, y := get(a, aw), get(b, bw)
+		if x == nil || y == nil || y.MsgsPerS == 0 {
+			return
+		}
+		v := x.MsgsPerS / y.MsgsPerS
+		out = append(out, Ratio{Name: name, Value: round2(v), Want: want, Met: v >= want})
+	}
+	add("inbox ÷ bare, msgs/s at 8 workers (≥ 0.95)", "inbox", 8, "bare", 8, 0.95)
+	add("inbox-batch-100 ÷ inbox, msgs/s at 1 worker (≥ 15)", "inbox-batch-100", 1, "inbox", 1, 15)
+	add("inbox ÷ check-then-insert, msgs/s at 8 workers (≥ 1)", "inbox", 8, "check-then-insert", 8, 1)
+	add("inbox-duplicate ÷ inbox, msgs/s at 1 worker (≥ 2)", "inbox-duplicate", 1, "inbox", 1, 2)
+	if r.Purge != nil && r.Purge.Without.P99Ms > 0 {
+		v := r.Purge.P99Ratio
+		out = append(out, Ratio{Name: "p99 during the purge ÷ p99 without (≤ 2)", Value: v, Want: 2, Met: v <= 2, LessIsBetter: true})
+	}
+	return out
+}
+
+func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }

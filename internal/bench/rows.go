@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/inbox"
+)
+
+// row is one line of the results: one way of applying the side effect to
+// messages. Its op applies one operation's worth of messages (batch of
+// them) for a worker, and returns an error only when something failed: a
+// duplicate that is skipped as the row intends is a success.
+//
+// To add a row, write its op as one small function, add it to rows, and
+// list in needs whatever it has to open first (a resource: a Redis client,
+// a SQLite file, a Kafka cluster). The runner warms it up, times it at each
+// worker count in every round, and reports it.
+type row struct {
+	name string
+	// batch is how many messages one op applies.
+	batch int
+	// postgres marks a row whose side effect goes to the Postgres server
+	// under test, so that its WAL per message is measured.
+	postgres bool
+	// inbox marks a row that writes the Postgres inbox table, so that the
+	// inbox's bytes per row are reported with it.
+	inbox bool
+	// needs are opened before the first row runs.
+	needs []*resource
+	op    func(ctx context.Context, b *bench, w *worker) error
+}
+
+// resource is something rows need opened once per run: a client, a
+// database file, a broker. open returns the function that closes it.
+type resource struct {
+	name string
+	open func(ctx context.Context, b *bench) (close func(), err error)
+}
+
+// rows are every row, in the order of the results.
+//
+// The SQLite rows (inbox-sqlite, inbox-sqlite-batch-100) and the Kafka row
+// (kafka-inbox-batch-100) plug in here once inboxsql and inboxkafka exist:
+// each is a resource (a SQLite file with its own accounts table and an
+// inbox.Client[*sql.Tx]; a kfake cluster, a topic and a kgo consumer over
+// the Postgres inbox) and an op that processes one message or one batch of
+// 100 through it, as inboxOne and inboxBatch do here.
+var rows = []*row{
+	{name: "bare", batch: 1, postgres: true, op: bare},
+	{name: "check-then-insert", batch: 1, postgres: true, op: checkThenInsert},
+	{name: "redis-setnx", batch: 1, postgres: true, needs: []*resource{redisResource}, op: redisSetNX},
+	{name: "inbox", batch: 1, postgres: true, inbox: true, op: inboxOne},
+	{name: "inbox-batch-10", batch: 10, postgres: true, inbox: true, op: inboxBatch},
+	{name: "inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
+	{name: "inbox-batch-1000", batch: 1000, postgres: true, inbox: true, op: inboxBatch},
+	{name: "inbox-duplicate", batch: 1, postgres: true, inbox: true, op: inboxDuplicate},
+}
+
+// RowNames returns the names of every row, in the order of the results.
+func RowNames() []string {
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.name
+	}
+	return names
+}
+
+func findRow(name string) *row {
+	for _, r := range rows {
+		if r.name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+// selectRows returns the rows cfg asks for, in table order. An empty
+// RedisAddr leaves out the rows that need Redis.
+func selectRows(cfg Config) []*row {
+	var out []*row
+	for _, r := range rows {
+		if len(cfg.Rows) > 0 && !contains(cfg.Rows, r.name) {
+			continue
+		}
+		if cfg.RedisAddr == "" && needs(r, redisResource) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func needs(r *row, res *resource) bool {
+	for _, n := range r.needs {
+		if n == res {
+			return true
+		}
+	}
+	return false
+}
+
+// consumer is the consumer name of every inbox row.
+const consumer = "bench"
+
+// bare applies the effect with no dedup: BEGIN; UPDATE; COMMIT, as a user
+// writes it with pgx. A redelivery applies it again.
+func bare(ctx context.Context, b *bench, w *worker) error {
+	e := w.next(b, 1)[0]
+	return b.pg.applyBare(ctx, b.pool, e)
+}
+
+// checkThenInsert looks for the id, then inserts it, in the transaction of
+// the effect. It is the hand-rolled pattern the design forbids: two
+// concurrent deliveries both find nothing, and one of them fails on the
+// unique key instead of skipping.
+func checkThenInsert(ctx context.Context, b *bench, w *worker) error {
+	e := w.next(b, 1)[0]
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := checkThenInsertTx(ctx, b, tx, e); err != nil {
+		rollback(ctx, tx)
+		return err
+	}
+	return nil
+}
+
+func checkThenInsertTx(ctx context.Context, b *bench, tx pgx.Tx, e *effect) error {
+	var one int
+	err := tx.QueryRow(ctx, b.pg.checkSelect, consumer, e.msg.ID).Scan(&one)
+	switch {
+	case err == nil:
+		return tx.Rollback(ctx) // seen before: skip
+	case !errors.Is(err, pgx.ErrNoRows):
+		return err
+	}
+	if _, err := tx.Exec(ctx, b.pg.checkInsert, consumer, e.msg.ID); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, b.pg.update, e.amount, e.account); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// redisSetNX marks the id in Redis with SETNX, then applies the effect in
+// its own SQL transaction: the unsafe pattern of the seed, three systems
+// where a crash between any two forgets or invents the skip.
+func redisSetNX(ctx context.Context, b *bench, w *worker) error {
+	e := w.next(b, 1)[0]
+	first, err := b.redis.client.SetNX(ctx, b.redis.prefix+e.msg.ID, 1, redisTTL).Result()
+	if err != nil {
+		return err
+	}
+	if !first {
+		return nil // seen before: skip
+	}
+	return b.pg.applyBare(ctx, b.pool, e)
+}
+
+// inboxOne processes one message per transaction with Client.Process.
+func inboxOne(ctx context.Context, b *bench, w *worker) error {
+	e := w.next(b, 1)[0]
+	out, err := b.pg.client.Process(ctx, consumer, e.msg, b.pg.handler)
+	if err != nil {
+		return err
+	}
+	if out != inbox.Applied {
+		return fmt.Errorf("message %s: got %v, want Applied", e.msg.ID, out)
+	}
+	return nil
+}
+
+// inboxBatch processes the row's batch of messages in one transaction with
+// Client.ProcessBatch.
+func inboxBatch(ctx context.Context, b *bench, w *worker) error {
+	es := w.next(b, w.batch)
+	return b.pg.processBatch(ctx, w, es, inbox.Applied)
+}
+
+// inboxDuplicate processes a message whose id the inbox already holds: the
+// skip path, which claims, finds the row and rolls back.
+func inboxDuplicate(ctx context.Context, b *bench, w *worker) error {
+	e := w.duplicate(b)
+	out, err := b.pg.client.Process(ctx, consumer, e.msg, b.pg.handler)
+	if err != nil {
+		return err
+	}
+	if out != inbox.Duplicate {
+		return fmt.Errorf("message %s: got %v, want Duplicate", e.msg.ID, out)
+	}
+	return nil
+}
+
+// rollback rolls tx back if it is still open, with a context that outlives
+// a cancelled ctx.
+func rollback(ctx context.Context, tx pgx.Tx) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = tx.Rollback(rctx)
+}
