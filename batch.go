@@ -101,7 +101,8 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 	return results, nil
 }
 
-// batchHandlerError is a handler failure at msgs[index] of a batch attempt.
+// batchHandlerError is a handler failure at msgs[index] of a batch attempt,
+// or, with index -1, a BatchHandler's failure on the batch.
 type batchHandlerError struct {
 	index int
 	err   error
@@ -132,6 +133,18 @@ func (c *Client[TTx]) runBatch(ctx context.Context, consumer string, msgs []Mess
 		for i := range out {
 			out[i] = BatchResult{Outcome: outcomes[i]}
 		}
+	case errors.As(err, &he) && he.index < 0 && !errors.Is(err, ErrUnavailable):
+		// A BatchHandler failed, and which message it failed on is not
+		// known: run each half as a batch, splitting again where it fails,
+		// down to single messages.
+		mid := len(msgs) / 2
+		c.logger.DebugContext(ctx, "inbox: splitting a failed batch in halves", "consumer", consumer, "messages", len(msgs), "err", err)
+		c.runBatch(ctx, consumer, msgs[:mid], h, ordered, out[:mid])
+		if ordered && anyRetryable(out[:mid]) {
+			notAttempted(out[mid:])
+			return
+		}
+		c.runBatch(ctx, consumer, msgs[mid:], h, ordered, out[mid:])
 	case errors.As(err, &he) && !errors.Is(err, ErrUnavailable):
 		// Isolate the failing message: the ones before it as a batch, it
 		// alone, the ones after it as a batch.
@@ -193,24 +206,45 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	}
 	outcomes = make([]Outcome, len(msgs))
 	anyNew := false
-	for i, m := range msgs {
-		if !claimed[i] {
-			outcomes[i] = Duplicate
-			continue
+	if bh, ok := h.(BatchHandler[TTx]); ok {
+		fresh := make([]Message, 0, len(msgs))
+		for i, m := range msgs {
+			if !claimed[i] {
+				outcomes[i] = Duplicate
+				continue
+			}
+			outcomes[i] = Applied
+			fresh = append(fresh, m)
 		}
-		if anyNew {
-			fault.Inject(ctx, fault.MidBatch)
-		} else {
+		if anyNew = len(fresh) > 0; anyNew {
 			fault.Inject(ctx, fault.AfterClaim)
+			err := c.call(ctx, consumer, fresh[0].ID, func(ctx context.Context) error { return bh.HandleBatch(ctx, tx, fresh) })
+			obs.lap(phaseHandler)
+			if err != nil {
+				c.rollback(ctx, tx)
+				return nil, &batchHandlerError{index: -1, err: err}
+			}
 		}
-		anyNew = true
-		err := c.handle(ctx, consumer, h, tx, m)
-		obs.lap(phaseHandler)
-		if err != nil {
-			c.rollback(ctx, tx)
-			return nil, &batchHandlerError{index: i, err: err}
+	} else {
+		for i, m := range msgs {
+			if !claimed[i] {
+				outcomes[i] = Duplicate
+				continue
+			}
+			if anyNew {
+				fault.Inject(ctx, fault.MidBatch)
+			} else {
+				fault.Inject(ctx, fault.AfterClaim)
+			}
+			anyNew = true
+			err := c.handle(ctx, consumer, h, tx, m)
+			obs.lap(phaseHandler)
+			if err != nil {
+				c.rollback(ctx, tx)
+				return nil, &batchHandlerError{index: i, err: err}
+			}
+			outcomes[i] = Applied
 		}
-		outcomes[i] = Applied
 	}
 	if !anyNew {
 		c.rollback(ctx, tx)

@@ -90,3 +90,29 @@ type HandlerFunc[TTx any] func(ctx context.Context, tx TTx, msg Message) error
 func (f HandlerFunc[TTx]) Handle(ctx context.Context, tx TTx, msg Message) error {
 	return f(ctx, tx, msg)
 }
+
+// BatchHandler is a Handler that can also apply many messages at once, such
+// as with one multi-row statement. ProcessBatch and ProcessBatchOrdered
+// call HandleBatch once per transaction with the messages whose claims were
+// new, in order. When it fails, the batch is split in halves, each run as a
+// batch of its own, down to single messages, which go to Handle: a poison
+// message is still isolated, at the cost of a few more transactions.
+// Process calls Handle.
+type BatchHandler[TTx any] interface {
+	Handler[TTx]
+	HandleBatch(ctx context.Context, tx TTx, msgs []Message) error
+}
+
+// BatchHandlerFunc adapts a function to a BatchHandler. Its Handle calls
+// the function with the one message.
+type BatchHandlerFunc[TTx any] func(ctx context.Context, tx TTx, msgs []Message) error
+
+// Handle calls f with msg alone.
+func (f BatchHandlerFunc[TTx]) Handle(ctx context.Context, tx TTx, msg Message) error {
+	return f(ctx, tx, []Message{msg})
+}
+
+// HandleBatch calls f.
+func (f BatchHandlerFunc[TTx]) HandleBatch(ctx context.Context, tx TTx, msgs []Message) error {
+	return f(ctx, tx, msgs)
+}

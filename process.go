@@ -66,15 +66,20 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 
 // handle calls h with a context that names consumer (for Client.Effect),
 // turning a panic into a PanicError.
-func (c *Client[TTx]) handle(ctx context.Context, consumer string, h Handler[TTx], tx TTx, msg Message) (err error) {
+func (c *Client[TTx]) handle(ctx context.Context, consumer string, h Handler[TTx], tx TTx, msg Message) error {
+	return c.call(ctx, consumer, msg.ID, func(ctx context.Context) error { return h.Handle(ctx, tx, msg) })
+}
+
+// call runs a handler with a context that names consumer, turning a panic
+// into a PanicError and classifying the error.
+func (c *Client[TTx]) call(ctx context.Context, consumer, id string, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
-			c.logger.ErrorContext(ctx, "inbox: handler panicked", "id", msg.ID, "panic", r)
+			c.logger.ErrorContext(ctx, "inbox: handler panicked", "consumer", consumer, "id", id, "panic", r)
 		}
 	}()
-	ctx = WithConsumer(ctx, consumer)
-	if err := h.Handle(ctx, tx, msg); err != nil {
+	if err := fn(WithConsumer(ctx, consumer)); err != nil {
 		return fmt.Errorf("handler: %w", c.classify(err))
 	}
 	return nil

@@ -458,6 +458,75 @@ func cases[TTx any]() []testCase[TTx] {
 			x.requireEffects("billing", fresh[2], 0)
 		}},
 
+		{"BatchHandler", func(t *testing.T, x *suite[TTx]) {
+			// A BatchHandler gets the new messages of a transaction in one
+			// call, in order; a poison message among them is isolated by
+			// splitting the batch in halves.
+			c := x.client(nil)
+			ctx := context.Background()
+			ids := make([]string, 8)
+			for i := range ids {
+				ids[i] = NewID()
+			}
+			poison := ids[5]
+			var mu sync.Mutex
+			var calls [][]string
+			bh := inbox.BatchHandlerFunc[TTx](func(ctx context.Context, tx TTx, msgs []inbox.Message) error {
+				got := make([]string, len(msgs))
+				for i, m := range msgs {
+					got[i] = m.ID
+				}
+				mu.Lock()
+				calls = append(calls, got)
+				mu.Unlock()
+				for _, m := range msgs {
+					if m.ID == poison {
+						return errBoom
+					}
+					if err := x.s.Effect(ctx, tx, "billing", m.ID); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			h, _ := x.effect("billing")
+			RequireApplied(t)(c.Process(ctx, "billing", msg(ids[1]), h))
+			msgs := make([]inbox.Message, len(ids))
+			for i, id := range ids {
+				msgs[i] = msg(id)
+			}
+			rs, err := c.ProcessBatch(ctx, "billing", msgs, bh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Applied, inbox.Duplicate, inbox.Applied, inbox.Applied, inbox.Applied, errBoom, inbox.Applied, inbox.Applied)
+			for _, id := range ids {
+				want := 1
+				if id == poison {
+					want = 0
+				}
+				x.requireEffects("billing", id, want)
+			}
+			first := strings.Join(calls[0], ",")
+			requireEqual(t, "first call: the new messages, in order", first,
+				strings.Join([]string{ids[0], ids[2], ids[3], ids[4], ids[5], ids[6], ids[7]}, ","))
+			if len(calls) > 2*len(ids) {
+				t.Fatalf("%d handler calls for %d messages: the split is not bounded", len(calls), len(ids))
+			}
+
+			// Ordered: after the poison's retryable failure, nothing later is
+			// applied.
+			fresh := []string{NewID(), NewID(), poison, NewID()}
+			msgs = []inbox.Message{msg(fresh[0]), msg(fresh[1]), msg(fresh[2]), msg(fresh[3])}
+			rs, err = c.ProcessBatchOrdered(ctx, "billing", msgs, bh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireOutcomes(t, rs, inbox.Applied, inbox.Applied, errBoom, inbox.ErrNotAttempted)
+			x.requireEffects("billing", fresh[3], 0)
+			RequireApplied(t)(c.Process(ctx, "billing", msg(fresh[3]), bh))
+		}},
+
 		{"BatchRejectsBadIDs", func(t *testing.T, x *suite[TTx]) {
 			c := x.client(nil)
 			h, cs := x.effect("billing")

@@ -200,9 +200,11 @@ type bench struct {
 	workers []*worker
 	rows    []*row
 
-	cpu   *cpuMeter
-	pg    *pgStore
-	redis *redisStore
+	cpu    *cpuMeter
+	pg     *pgStore
+	redis  *redisStore
+	sqlite *sqliteStore
+	kafka  *kafkaStore
 	// opened holds the resources opened so far.
 	opened map[*resource]bool
 	// closers close what was opened, in reverse order, at the end.

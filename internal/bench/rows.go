@@ -30,6 +30,8 @@ type row struct {
 	// inbox marks a row that writes the Postgres inbox table, so that the
 	// inbox's bytes per row are reported with it.
 	inbox bool
+	// optional rows run only when --rows names them.
+	optional bool
 	// needs are opened before the first row runs.
 	needs []*resource
 	op    func(ctx context.Context, b *bench, w *worker) error
@@ -43,13 +45,6 @@ type resource struct {
 }
 
 // rows are every row, in the order of the results.
-//
-// The SQLite rows (inbox-sqlite, inbox-sqlite-batch-100) and the Kafka row
-// (kafka-inbox-batch-100) plug in here once inboxsql and inboxkafka exist:
-// each is a resource (a SQLite file with its own accounts table and an
-// inbox.Client[*sql.Tx]; a kfake cluster, a topic and a kgo consumer over
-// the Postgres inbox) and an op that processes one message or one batch of
-// 100 through it, as inboxOne and inboxBatch do here.
 var rows = []*row{
 	{name: "bare", batch: 1, postgres: true, op: bare},
 	{name: "check-then-insert", batch: 1, postgres: true, op: checkThenInsert},
@@ -59,13 +54,23 @@ var rows = []*row{
 	{name: "inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
 	{name: "inbox-batch-1000", batch: 1000, postgres: true, inbox: true, op: inboxBatch},
 	{name: "inbox-duplicate", batch: 1, postgres: true, inbox: true, op: inboxDuplicate},
+	{name: "inbox-sqlite", batch: 1, needs: []*resource{sqliteResource}, op: inboxSQLite},
+	{name: "inbox-sqlite-batch-100", batch: 100, needs: []*resource{sqliteResource}, op: inboxSQLiteBatch},
+	{name: "kafka-inbox-batch-100", batch: 100, postgres: true, inbox: true, needs: []*resource{kafkaResource}, op: kafkaInboxBatch},
+	// The batch rows above apply a batch's effects with one statement, a
+	// BatchHandler. This one calls the one-message handler for each
+	// message, one round trip each, for comparison.
+	{name: "inbox-batch-100-per-message", batch: 100, postgres: true, inbox: true, optional: true, op: inboxBatchPerMessage},
 }
 
-// RowNames returns the names of every row, in the order of the results.
+// RowNames returns the names of the rows a run makes by default, in the
+// order of the results.
 func RowNames() []string {
-	names := make([]string, len(rows))
-	for i, r := range rows {
-		names[i] = r.name
+	var names []string
+	for _, r := range rows {
+		if !r.optional {
+			names = append(names, r.name)
+		}
 	}
 	return names
 }
@@ -84,7 +89,7 @@ func findRow(name string) *row {
 func selectRows(cfg Config) []*row {
 	var out []*row
 	for _, r := range rows {
-		if len(cfg.Rows) > 0 && !contains(cfg.Rows, r.name) {
+		if len(cfg.Rows) > 0 && !contains(cfg.Rows, r.name) || len(cfg.Rows) == 0 && r.optional {
 			continue
 		}
 		if cfg.RedisAddr == "" && needs(r, redisResource) {
@@ -187,10 +192,16 @@ func inboxOne(ctx context.Context, b *bench, w *worker) error {
 }
 
 // inboxBatch processes the row's batch of messages in one transaction with
-// Client.ProcessBatch.
+// Client.ProcessBatch, applying their effects with one statement.
 func inboxBatch(ctx context.Context, b *bench, w *worker) error {
 	es := w.next(b, w.batch)
-	return b.pg.processBatch(ctx, w, es, inbox.Applied)
+	return b.pg.processBatch(ctx, w, es, inbox.Applied, true)
+}
+
+// inboxBatchPerMessage is inboxBatch with the one-message handler.
+func inboxBatchPerMessage(ctx context.Context, b *bench, w *worker) error {
+	es := w.next(b, w.batch)
+	return b.pg.processBatch(ctx, w, es, inbox.Applied, false)
 }
 
 // inboxDuplicate processes a message whose id the inbox already holds: the

@@ -81,7 +81,8 @@ func TestBenchQuickJSON(t *testing.T) {
 			require.Positive(t, v, "%v: %s", k, f)
 		}
 		require.GreaterOrEqual(t, r["p99_ms"].(float64), r["p50_ms"].(float64), "%v", k)
-		if strings.HasPrefix(name, "inbox") {
+		// The rows whose inbox is the Postgres table report its size.
+		if strings.HasPrefix(name, "inbox") && !strings.HasPrefix(name, "inbox-sqlite") || name == "kafka-inbox-batch-100" {
 			require.Positive(t, r["inbox_bytes_per_row"], "%v: inbox_bytes_per_row", k)
 			require.Contains(t, r, "wal_bytes_per_msg", "%v", k)
 		}
