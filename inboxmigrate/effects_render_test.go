@@ -22,7 +22,7 @@ func TestRenderEffects(t *testing.T) {
 		table, id string
 	}{
 		{inboxdriver.DialectPostgres, inboxdriver.IDTypeUUID, `"s"."my ledger"`, "message_id    uuid NOT NULL"},
-		{inboxdriver.DialectPostgres, inboxdriver.IDTypeText, `"s"."my ledger"`, "message_id    text CHECK (octet_length(message_id) BETWEEN 1 AND 255) NOT NULL"},
+		{inboxdriver.DialectPostgres, inboxdriver.IDTypeText, `"s"."my ledger"`, `message_id    text COLLATE "C" CHECK (octet_length(message_id) BETWEEN 1 AND 255) NOT NULL`},
 		{inboxdriver.DialectMySQL, inboxdriver.IDTypeUUID, "`s`.`my ledger`", "message_id    CHAR(36) CHARACTER SET ascii COLLATE ascii_bin NOT NULL"},
 		{inboxdriver.DialectMySQL, inboxdriver.IDTypeText, "`s`.`my ledger`", "message_id    VARCHAR(255) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL"},
 		{inboxdriver.DialectSQLite, inboxdriver.IDTypeUUID, `"my ledger"`, "message_id    TEXT    NOT NULL"},

@@ -41,11 +41,11 @@ var migrations = []migration{
 			case inboxdriver.DialectPostgres:
 				idType := "uuid"
 				if s.t.IDType == inboxdriver.IDTypeText {
-					idType = fmt.Sprintf("text CHECK (octet_length(message_id) BETWEEN 1 AND %d)", inboxdriver.MaxTextIDLen)
+					idType = fmt.Sprintf(`text COLLATE "C" CHECK (octet_length(message_id) BETWEEN 1 AND %d)`, inboxdriver.MaxTextIDLen)
 				}
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
-    consumer_name text        NOT NULL,
+    consumer_name text COLLATE "C" NOT NULL,
     message_id    ` + idType + ` NOT NULL,
     processed_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_name, message_id)
@@ -178,11 +178,11 @@ var migrations = []migration{
 			case inboxdriver.DialectPostgres:
 				idType := "uuid"
 				if s.t.IDType == inboxdriver.IDTypeText {
-					idType = fmt.Sprintf("text CHECK (octet_length(message_id) BETWEEN 1 AND %d)", inboxdriver.MaxTextIDLen)
+					idType = fmt.Sprintf(`text COLLATE "C" CHECK (octet_length(message_id) BETWEEN 1 AND %d)`, inboxdriver.MaxTextIDLen)
 				}
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + effects + ` (
-    consumer_name text        NOT NULL,
+    consumer_name text COLLATE "C" NOT NULL,
     message_id    ` + idType + ` NOT NULL,
     step          text        NOT NULL CHECK (octet_length(step) BETWEEN 1 AND ` + fmt.Sprint(inboxdriver.MaxStepLen) + `),
     state         text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'failed', 'done')),

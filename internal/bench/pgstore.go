@@ -49,7 +49,7 @@ func (s *pgStore) setup(ctx context.Context, b *bench) error {
 		// The hand-rolled table has the inbox's shape, so that the two rows
 		// differ only in how they use it.
 		{sql: `CREATE TABLE ` + seen + ` (
-    consumer_name text        NOT NULL,
+    consumer_name text COLLATE "C" NOT NULL,
     message_id    uuid        NOT NULL,
     processed_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_name, message_id)
