@@ -1,12 +1,11 @@
 package inboxkafka
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"strconv"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/uuid"
 )
 
 // offsetNamespace is the namespace of the name-based UUIDs of OffsetKey.
@@ -43,27 +42,5 @@ func OffsetKey(msg inbox.Message) (string, error) {
 		return "", fmt.Errorf("%w: OffsetKey: negative coordinates %q", inbox.ErrMalformedID, s.String())
 	}
 	name := s.Queue + "/" + strconv.FormatInt(int64(s.Partition), 10) + "/" + strconv.FormatInt(s.Offset, 10)
-	return uuidV5(offsetNamespace, name), nil
-}
-
-// uuidV5 returns the name-based UUID (RFC 9562, version 5) of name in ns.
-func uuidV5(ns [16]byte, name string) string {
-	h := sha1.New()
-	h.Write(ns[:])
-	h.Write([]byte(name))
-	var b [16]byte
-	copy(b[:], h.Sum(nil))
-	b[6] = b[6]&0x0f | 0x50
-	b[8] = b[8]&0x3f | 0x80
-	var s [36]byte
-	hex.Encode(s[0:8], b[0:4])
-	s[8] = '-'
-	hex.Encode(s[9:13], b[4:6])
-	s[13] = '-'
-	hex.Encode(s[14:18], b[6:8])
-	s[18] = '-'
-	hex.Encode(s[19:23], b[8:10])
-	s[23] = '-'
-	hex.Encode(s[24:36], b[10:16])
-	return string(s[:])
+	return uuid.V5(offsetNamespace, name), nil
 }

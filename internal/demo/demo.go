@@ -42,6 +42,8 @@ import (
 	"math/rand/v2"
 	"os/exec"
 	"time"
+
+	"github.com/txinbox/inbox/internal/uuid"
 )
 
 // Defaults of the Config fields.
@@ -206,7 +208,7 @@ func uuidFrom(r *rand.Rand) string {
 	}
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+	return uuid.Format(b)
 }
 
 // want returns what the distinct events add up to: cents per account and

@@ -5,10 +5,24 @@ package uuid
 
 import (
 	"crypto/rand"
+	"crypto/sha1"
 	"encoding/binary"
 	"encoding/hex"
 	"time"
 )
+
+// V5 returns the name-based UUID (RFC 9562, version 5) of name in the
+// namespace ns.
+func V5(ns [16]byte, name string) string {
+	h := sha1.New()
+	h.Write(ns[:])
+	h.Write([]byte(name))
+	var b [16]byte
+	copy(b[:], h.Sum(nil))
+	b[6] = b[6]&0x0f | 0x50
+	b[8] = b[8]&0x3f | 0x80
+	return Format(b)
+}
 
 // V4 returns a random UUID.
 func V4() string {
@@ -16,7 +30,7 @@ func V4() string {
 	_, _ = rand.Read(b[:])
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
-	return format(b)
+	return Format(b)
 }
 
 // V7 returns a time-ordered UUID for time t: 48 bits of Unix milliseconds,
@@ -29,10 +43,11 @@ func V7(t time.Time) string {
 	copy(b[0:6], ms[2:8])
 	b[6] = b[6]&0x0f | 0x70
 	b[8] = b[8]&0x3f | 0x80
-	return format(b)
+	return Format(b)
 }
 
-func format(b [16]byte) string {
+// Format formats b in the canonical form: lower-case hex with hyphens.
+func Format(b [16]byte) string {
 	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])
 	s[8] = '-'
