@@ -67,6 +67,14 @@
 // partition has a generation; a mark from an earlier assignment's worker is
 // dropped.
 //
+// A member that dies without leaving the group (a crash, SIGKILL, an
+// out-of-memory kill) is removed when its session times out
+// (kgo.SessionTimeout). If it dies during a rebalance, the classic group
+// protocol waits for it up to the rebalance timeout (kgo.RebalanceTimeout,
+// 60s by default), and no member consumes meanwhile. Where consumers crash
+// often, shorten the rebalance timeout, keeping it above twice
+// Config.DrainTimeout so that a revoke can finish.
+//
 // Another member may begin a partition before the last owner finished with
 // it, when the last owner was lost or its drain timed out. The inbox keeps
 // that from applying any record twice: the claim of an id in flight waits for

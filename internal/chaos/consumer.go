@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -121,6 +123,20 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	})
 	return runTransportConsumer(ctx, &f, client, credit)
 }
+
+// consumerLogger logs the adapter's warnings to stderr, which the
+// coordinator relays to its log; INBOX_CHAOS_LOG=debug logs more.
+func consumerLogger() *slog.Logger {
+	level := slog.LevelWarn
+	if debugLog() {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// debugLog reports whether INBOX_CHAOS_LOG=debug asks the consumers to log
+// their adapter's and client's decisions too.
+func debugLog() bool { return os.Getenv("INBOX_CHAOS_LOG") == "debug" }
 
 // runTransportConsumer runs the transport's adapter until ctx is done.
 func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[pgx.Tx], h inbox.Handler[pgx.Tx]) error {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -22,10 +23,18 @@ import (
 
 // The Kafka timings of a run: a short session, so that the partitions of a
 // consumer killed without leaving the group move to the others quickly.
+//
+// The rebalance timeout is short too: the classic group protocol waits that
+// long for a member that died during a rebalance, and with kgo's default
+// (60s) a run with a kill every few seconds spends most of its time waiting
+// for dead members. A revoke takes at most twice the drain timeout, which
+// must stay under it.
 const (
-	kafkaPartitions = 6
-	kafkaSession    = 1500 * time.Millisecond
-	kafkaHeartbeat  = 150 * time.Millisecond
+	kafkaPartitions       = 6
+	kafkaSession          = 1500 * time.Millisecond
+	kafkaHeartbeat        = 150 * time.Millisecond
+	kafkaRebalanceTimeout = 5 * time.Second
+	kafkaDrainTimeout     = 2 * time.Second
 )
 
 // kafkaTransport is kfake in this process, or a real cluster.
@@ -127,6 +136,7 @@ func (t *kafkaTransport) failCommit(req kmsg.Request) (kmsg.Response, error, boo
 	for _, rt := range r.Topics {
 		st := kmsg.NewOffsetCommitResponseTopic()
 		st.Topic = rt.Topic
+		st.TopicID = rt.TopicID
 		for _, p := range rt.Partitions {
 			sp := kmsg.NewOffsetCommitResponseTopicPartition()
 			sp.Partition = p.Partition
@@ -157,7 +167,11 @@ func runKafkaConsumer(ctx context.Context, f *consumerFlags, client *inbox.Clien
 		kgo.FetchMaxWait(100*time.Millisecond),
 		kgo.HeartbeatInterval(kafkaHeartbeat),
 		kgo.SessionTimeout(kafkaSession),
+		kgo.RebalanceTimeout(kafkaRebalanceTimeout),
 	)
+	if debugLog() {
+		opts = append(opts, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return err
@@ -170,7 +184,9 @@ func runKafkaConsumer(ctx context.Context, f *consumerFlags, client *inbox.Clien
 		MinBackoff: 10 * time.Millisecond,
 		MaxBackoff: time.Second,
 		// Chaos fails messages for reasons that are not theirs.
-		MaxAttempts: 1000,
+		MaxAttempts:  1000,
+		DrainTimeout: kafkaDrainTimeout,
+		Logger:       consumerLogger(),
 	})
 	if err != nil {
 		return err

@@ -213,6 +213,7 @@ func runSQSConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[
 		MaxReceives:     1000,
 		RetryBackoff:    time.Second,
 		ShutdownTimeout: 5 * time.Second,
+		Logger:          consumerLogger(),
 	})
 	if err != nil {
 		return err

@@ -260,8 +260,10 @@ func (s *supervisor) drain(ctx context.Context, d time.Duration, done func() boo
 	s.mu.Lock()
 	s.faults = false
 	s.mu.Unlock()
-	// Replace the processes that run with faults armed. These are not
-	// chaos kills, so they are not counted.
+	// Replace the processes that run with faults armed. They are asked to
+	// stop, so that they commit and leave the group rather than leave
+	// dead members behind for the group to wait for; these are not chaos
+	// kills, so they are not counted.
 	for i := range s.procs {
 		s.mu.Lock()
 		p := s.procs[i]
@@ -270,8 +272,7 @@ func (s *supervisor) drain(ctx context.Context, d time.Duration, done func() boo
 		}
 		s.mu.Unlock()
 		if p != nil {
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.exited
+			stopProc(p)
 		}
 		if err := s.start(ctx, i); err != nil {
 			return err
@@ -303,20 +304,32 @@ func (s *supervisor) stopAll() {
 	procs := append([]*proc(nil), s.procs...)
 	s.mu.Unlock()
 	for _, p := range procs {
-		if p != nil && p.cmd.Process != nil {
+		if p != nil {
 			_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		}
 	}
 	for _, p := range procs {
-		if p == nil {
-			continue
-		}
-		select {
-		case <-p.exited:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Signal(syscall.SIGKILL)
-			<-p.exited
+		if p != nil {
+			stopProc(p)
 		}
 	}
 	s.wg.Wait()
+}
+
+// stopGrace is how long a consumer asked to stop has to finish its work,
+// commit and leave before it is killed.
+const stopGrace = 15 * time.Second
+
+// stopProc asks p to stop with SIGTERM, kills it if it has not exited
+// within stopGrace, and waits for it to exit.
+func stopProc(p *proc) {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.exited
+	}
 }
