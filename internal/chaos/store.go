@@ -101,11 +101,29 @@ func (s *pgStore) drained(ctx context.Context, n int) bool {
 	return err == nil && applied >= n
 }
 
+// killConnections terminates between one and all of the consumers'
+// connections, chosen with r.
 func (s *pgStore) killConnections(ctx context.Context, r *rand.Rand) (int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`, s.appName())
+	if err != nil {
+		return 0, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil || len(pids) == 0 {
+		return 0, err
+	}
+	r.Shuffle(len(pids), func(i, j int) { pids[i], pids[j] = pids[j], pids[i] })
 	var n int
-	err := s.pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
- WHERE application_name = $1 AND random() < $2`, s.appName(), 0.3+0.4*r.Float64()).Scan(&n)
-	return n, err
+	for _, pid := range pids[:1+r.IntN(len(pids))] {
+		var ok bool
+		if err := s.pool.QueryRow(ctx, `SELECT pg_terminate_backend($1)`, pid).Scan(&ok); err != nil {
+			return n, err
+		}
+		if ok {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func (s *pgStore) check(ctx context.Context, events []event, res *Result) error {
