@@ -45,6 +45,10 @@ type Config struct {
 	// claim fails with ErrLockTimeout, which is retryable. It applies only
 	// to the claim, not to the handler's statements. Negative means wait
 	// without limit. Defaults to DefaultLockTimeout (5s).
+	//
+	// On Postgres the bound costs two statements in the claim's round trip,
+	// which set lock_timeout and restore it; BenchmarkClaim in inboxpgx
+	// measures it (SingleNoLockTimeout).
 	LockTimeout time.Duration
 
 	// MaxConflictRetries is how many times a transaction that failed with a
