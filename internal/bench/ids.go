@@ -49,15 +49,7 @@ func (b *bench) runIDs(ctx context.Context, rng *rand.Rand) (*IDsResult, error) 
 		s := &side{kind: kind, table: b.table(tables.Inbox)}
 		s.c.workers = b.maxW
 		s.row = &row{name: "inbox-" + kind.String(), batch: 1, op: func(ctx context.Context, b *bench, w *worker) error {
-			e := w.next(b, 1)[0]
-			out, err := client.Process(ctx, consumer, e.msg, b.pg.handler)
-			if err != nil {
-				return err
-			}
-			if out != inbox.Applied {
-				return fmt.Errorf("message %s: got %v, want Applied", e.msg.ID, out)
-			}
-			return nil
+			return process(ctx, client, b.pg.handler, w.next(b, 1)[0], inbox.Applied)
 		}}
 		b.logf("ids: filling %s with %d rows", s.table, b.cfg.IDRows)
 		if kind == idV4 {

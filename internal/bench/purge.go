@@ -49,15 +49,7 @@ func (b *bench) runPurge(ctx context.Context) (*PurgeResult, error) {
 		return nil, err
 	}
 	claims := &row{name: "inbox", batch: 1, op: func(ctx context.Context, b *bench, w *worker) error {
-		e := w.next(b, 1)[0]
-		out, err := client.Process(ctx, consumer, e.msg, b.pg.handler)
-		if err != nil {
-			return err
-		}
-		if out != inbox.Applied {
-			return fmt.Errorf("message %s: got %v, want Applied", e.msg.ID, out)
-		}
-		return nil
+		return process(ctx, client, b.pg.handler, w.next(b, 1)[0], inbox.Applied)
 	}}
 	n := b.maxW
 	if _, err := b.timed(ctx, claims, n, idV7, b.cfg.Warmup); err != nil {

@@ -180,13 +180,18 @@ func redisSetNX(ctx context.Context, b *bench, w *worker) error {
 
 // inboxOne processes one message per transaction with Client.Process.
 func inboxOne(ctx context.Context, b *bench, w *worker) error {
-	e := w.next(b, 1)[0]
-	out, err := b.pg.client.Process(ctx, consumer, e.msg, b.pg.handler)
+	return process(ctx, b.pg.client, b.pg.handler, w.next(b, 1)[0], inbox.Applied)
+}
+
+// process processes e with client and h in a transaction of its own, and
+// checks that the outcome is want.
+func process[TTx any](ctx context.Context, client *inbox.Client[TTx], h inbox.Handler[TTx], e *effect, want inbox.Outcome) error {
+	out, err := client.Process(ctx, consumer, e.msg, h)
 	if err != nil {
 		return err
 	}
-	if out != inbox.Applied {
-		return fmt.Errorf("message %s: got %v, want Applied", e.msg.ID, out)
+	if out != want {
+		return fmt.Errorf("message %s: got %v, want %v", e.msg.ID, out, want)
 	}
 	return nil
 }
@@ -207,15 +212,7 @@ func inboxBatchPerMessage(ctx context.Context, b *bench, w *worker) error {
 // inboxDuplicate processes a message whose id the inbox already holds: the
 // skip path, which claims, finds the row and rolls back.
 func inboxDuplicate(ctx context.Context, b *bench, w *worker) error {
-	e := w.duplicate(b)
-	out, err := b.pg.client.Process(ctx, consumer, e.msg, b.pg.handler)
-	if err != nil {
-		return err
-	}
-	if out != inbox.Duplicate {
-		return fmt.Errorf("message %s: got %v, want Duplicate", e.msg.ID, out)
-	}
-	return nil
+	return process(ctx, b.pg.client, b.pg.handler, w.duplicate(b), inbox.Duplicate)
 }
 
 // rollback rolls tx back if it is still open, with a context that outlives

@@ -80,15 +80,7 @@ var sqliteResource = &resource{
 
 // inboxSQLite processes one message per transaction on SQLite.
 func inboxSQLite(ctx context.Context, b *bench, w *worker) error {
-	e := w.next(b, 1)[0]
-	out, err := b.sqlite.client.Process(ctx, consumer, e.msg, b.sqlite.handler)
-	if err != nil {
-		return err
-	}
-	if out != inbox.Applied {
-		return fmt.Errorf("message %s: got %v, want Applied", e.msg.ID, out)
-	}
-	return nil
+	return process(ctx, b.sqlite.client, b.sqlite.handler, w.next(b, 1)[0], inbox.Applied)
 }
 
 // inboxSQLiteBatch processes the row's batch in one transaction on SQLite.
