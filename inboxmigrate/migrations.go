@@ -29,6 +29,22 @@ func (s *schema) ident(name string) string { return inboxdriver.Quote(s.d, name)
 // per schema, so they must not collide between tables.
 func (s *schema) index(table, suffix string) string { return s.ident(table + "_" + suffix) }
 
+// idType is the column type of message_id in the inbox and the effects
+// ledger, on Postgres and MySQL.
+func (s *schema) idType() string {
+	text := s.t.IDType == inboxdriver.IDTypeText
+	switch {
+	case s.d == inboxdriver.DialectPostgres && text:
+		return fmt.Sprintf(`text COLLATE "C" CHECK (octet_length(message_id) BETWEEN 1 AND %d)`, inboxdriver.MaxTextIDLen)
+	case s.d == inboxdriver.DialectPostgres:
+		return "uuid"
+	case text:
+		return fmt.Sprintf("VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", inboxdriver.MaxTextIDLen)
+	default:
+		return "CHAR(36) CHARACTER SET ascii COLLATE ascii_bin"
+	}
+}
+
 // The migrations, in version order. Never edit one that has been released:
 // add another.
 var migrations = []migration{
@@ -39,14 +55,10 @@ var migrations = []migration{
 			inbox := s.table(s.t.Inbox)
 			switch s.d {
 			case inboxdriver.DialectPostgres:
-				idType := "uuid"
-				if s.t.IDType == inboxdriver.IDTypeText {
-					idType = fmt.Sprintf(`text COLLATE "C" CHECK (octet_length(message_id) BETWEEN 1 AND %d)`, inboxdriver.MaxTextIDLen)
-				}
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
     consumer_name text COLLATE "C" NOT NULL,
-    message_id    ` + idType + ` NOT NULL,
+    message_id    ` + s.idType() + ` NOT NULL,
     processed_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_name, message_id)
 )`,
@@ -56,14 +68,10 @@ var migrations = []migration{
 					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, "processed_at_idx") + ` ON ` + inbox + ` USING brin (processed_at)`,
 				}
 			case inboxdriver.DialectMySQL:
-				idType := "CHAR(36) CHARACTER SET ascii COLLATE ascii_bin"
-				if s.t.IDType == inboxdriver.IDTypeText {
-					idType = fmt.Sprintf("VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", inboxdriver.MaxTextIDLen)
-				}
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
     consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    message_id    ` + idType + ` NOT NULL,
+    message_id    ` + s.idType() + ` NOT NULL,
     processed_at  DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (consumer_name, message_id),
     KEY ` + s.index(s.t.Inbox, "processed_at_idx") + ` (processed_at)
@@ -176,14 +184,10 @@ var migrations = []migration{
 			effects := s.table(s.t.Effects)
 			switch s.d {
 			case inboxdriver.DialectPostgres:
-				idType := "uuid"
-				if s.t.IDType == inboxdriver.IDTypeText {
-					idType = fmt.Sprintf(`text COLLATE "C" CHECK (octet_length(message_id) BETWEEN 1 AND %d)`, inboxdriver.MaxTextIDLen)
-				}
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + effects + ` (
     consumer_name text COLLATE "C" NOT NULL,
-    message_id    ` + idType + ` NOT NULL,
+    message_id    ` + s.idType() + ` NOT NULL,
     step          text        NOT NULL CHECK (octet_length(step) BETWEEN 1 AND ` + fmt.Sprint(inboxdriver.MaxStepLen) + `),
     state         text        NOT NULL DEFAULT 'started' CHECK (state IN ('started', 'failed', 'done')),
     result        bytea,
@@ -195,14 +199,10 @@ var migrations = []migration{
 					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, "started_idx") + ` ON ` + effects + ` (started_at) WHERE state = 'started'`,
 				}
 			case inboxdriver.DialectMySQL:
-				idType := "CHAR(36) CHARACTER SET ascii COLLATE ascii_bin"
-				if s.t.IDType == inboxdriver.IDTypeText {
-					idType = fmt.Sprintf("VARCHAR(%d) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin", inboxdriver.MaxTextIDLen)
-				}
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + effects + ` (
     consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
-    message_id    ` + idType + ` NOT NULL,
+    message_id    ` + s.idType() + ` NOT NULL,
     step          VARCHAR(` + fmt.Sprint(inboxdriver.MaxStepLen) + `) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     state         VARCHAR(16)  CHARACTER SET ascii COLLATE ascii_bin NOT NULL DEFAULT 'started',
     result        LONGBLOB     NULL,
