@@ -229,7 +229,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 	produced := make(chan error, 1)
 	produceSeed := r.Uint64()
-	go func() { produced <- tr.produce(ctx, events, cfg.Duration*4/5, produceSeed) }()
+	go func() { produced <- produce(ctx, tr, events, cfg.Duration*4/5, produceSeed) }()
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()

@@ -42,6 +42,12 @@ type payload struct {
 	Amount  int64  `json:"amount"`
 }
 
+// body is e's payload, as the producer sends it.
+func (e event) body() []byte {
+	b, _ := json.Marshal(payload{EventID: e.ID, Account: e.Account, Amount: e.Amount})
+	return b
+}
+
 // outcomes is an inbox.Observer that prints, for the coordinator, one line
 // per committed or skipped transaction: "tx APPLIED DUPLICATES". Each line
 // is one write, so a kill never leaves half a line.

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -80,27 +79,15 @@ func newKafka(ctx context.Context, cfg *Config) (*kafkaTransport, error) {
 	return t, nil
 }
 
-func (t *kafkaTransport) produce(ctx context.Context, events []event, d time.Duration, seed uint64) error {
-	start := time.Now()
-	for _, s := range schedule(events, d, seed) {
-		if wait := time.Until(start.Add(s.at)); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-		}
-		body, _ := json.Marshal(payload{EventID: s.e.ID, Account: s.e.Account, Amount: s.e.Amount})
-		rec := &kgo.Record{
-			Key:     []byte(fmt.Sprint(s.e.Account)),
-			Value:   body,
-			Headers: []kgo.RecordHeader{{Key: "event-id", Value: []byte(s.e.ID)}},
-		}
-		if err := retrySend(ctx, func() error { return t.producer.ProduceSync(ctx, rec).FirstErr() }); err != nil {
-			return err
-		}
+// send produces e once, keyed by its account so that an account's events
+// stay in order.
+func (t *kafkaTransport) send(ctx context.Context, e event) error {
+	rec := &kgo.Record{
+		Key:     []byte(fmt.Sprint(e.Account)),
+		Value:   e.body(),
+		Headers: []kgo.RecordHeader{{Key: "event-id", Value: []byte(e.ID)}},
 	}
-	return nil
+	return t.producer.ProduceSync(ctx, rec).FirstErr()
 }
 
 func (t *kafkaTransport) consumerArgs() []string {

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -92,42 +91,9 @@ func newSQS(ctx context.Context, cfg *Config) (*sqsTransport, error) {
 	return t, nil
 }
 
-func (t *sqsTransport) produce(ctx context.Context, events []event, d time.Duration, seed uint64) error {
-	start := time.Now()
-	for _, s := range schedule(events, d, seed) {
-		if wait := time.Until(start.Add(s.at)); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
-		}
-		body, _ := json.Marshal(payload{EventID: s.e.ID, Account: s.e.Account, Amount: s.e.Amount})
-		if err := retrySend(ctx, func() error {
-			_, err := t.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(t.queueURL), MessageBody: aws.String(string(body))})
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// retrySend retries a send that failed, as a producer's relay does: the
-// event id stays the same, so a send that did go through becomes a
-// duplicate, which is what the inbox is for.
-func retrySend(ctx context.Context, send func() error) error {
-	var err error
-	for range 50 {
-		if err = send(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+// send sends e once.
+func (t *sqsTransport) send(ctx context.Context, e event) error {
+	_, err := t.client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(t.queueURL), MessageBody: aws.String(string(e.body()))})
 	return err
 }
 

@@ -11,9 +11,8 @@ import (
 
 // transport is the broker of a run, as the coordinator sees it.
 type transport interface {
-	// produce sends every event, and a second copy of those marked Twice
-	// later, spread over about d.
-	produce(ctx context.Context, events []event, d time.Duration, seed uint64) error
+	// send sends one event, once.
+	send(ctx context.Context, e event) error
 	// consumerArgs tell a consumer process where the broker is.
 	consumerArgs() []string
 	// injectFault makes the broker fail a request, where it can; it reports
@@ -54,4 +53,41 @@ func schedule(events []event, d time.Duration, seed uint64) []send {
 	}
 	slices.SortStableFunc(out, func(a, b send) int { return cmp.Compare(a.at, b.at) })
 	return out
+}
+
+// produce sends every event through tr, and a second copy of those marked
+// Twice later, spread over about d.
+func produce(ctx context.Context, tr transport, events []event, d time.Duration, seed uint64) error {
+	start := time.Now()
+	for _, s := range schedule(events, d, seed) {
+		if wait := time.Until(start.Add(s.at)); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		if err := retrySend(ctx, func() error { return tr.send(ctx, s.e) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retrySend retries a send that failed, as a producer's relay does: the
+// event id stays the same, so a send that did go through becomes a
+// duplicate, which is what the inbox is for.
+func retrySend(ctx context.Context, send func() error) error {
+	var err error
+	for range 50 {
+		if err = send(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return err
 }
