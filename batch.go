@@ -194,12 +194,28 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	for i, m := range msgs {
 		ids[i] = m.ID
 	}
-	tx, claimed, err := c.driver.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{
+	params := &inboxdriver.ClaimBatchParams{
 		Consumer:    consumer,
 		IDs:         ids,
 		Now:         c.config.Now(),
 		LockTimeout: c.config.LockTimeout,
-	})
+	}
+	ph, pipelinable := h.(PipelinedBatchHandler[TTx])
+	pipelinable = pipelinable && c.pipeliner != nil
+	if pipelinable && !c.afterDuplicate(consumer) {
+		done, err := c.batchPipelined(ctx, obs, params, msgs, ph)
+		if done || err != nil {
+			if done {
+				outcomes = make([]Outcome, len(msgs))
+				for i := range outcomes {
+					outcomes[i] = Applied
+				}
+			}
+			return outcomes, err
+		}
+		// A duplicate in the batch: claim on its own, below.
+	}
+	tx, claimed, err := c.driver.BeginClaimBatch(ctx, params)
 	obs.lap(phaseClaim)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", c.classify(err))
@@ -215,6 +231,9 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 			}
 			outcomes[i] = Applied
 			fresh = append(fresh, m)
+		}
+		if pipelinable && len(fresh) == len(msgs) {
+			c.duplicates.Delete(consumer) // the run of duplicates has ended
 		}
 		if anyNew = len(fresh) > 0; anyNew {
 			fault.Inject(ctx, fault.AfterClaim)
@@ -273,4 +292,34 @@ func notAttempted(rs []BatchResult) {
 	for i := range rs {
 		rs[i] = BatchResult{Err: ErrNotAttempted}
 	}
+}
+
+// batchPipelined tries msgs as one round trip: BEGIN, a claim of every id,
+// the work h describes for all of them, COMMIT. done reports that every
+// message was applied. A duplicate in the batch stops it at the claim, with
+// nothing applied: done and err are then zero, pipelining pauses for
+// consumer (see afterDuplicate), and the caller claims on its own. A
+// failure of the work is a *batchHandlerError for the whole batch.
+func (c *Client[TTx]) batchPipelined(ctx context.Context, obs *txObservation, p *inboxdriver.ClaimBatchParams, msgs []Message, h PipelinedBatchHandler[TTx]) (done bool, err error) {
+	var work any
+	err = c.call(ctx, p.Consumer, msgs[0].ID, func(ctx context.Context) error {
+		var err error
+		work, err = h.PipelineBatch(ctx, msgs)
+		return err
+	})
+	if err != nil {
+		return false, &batchHandlerError{index: -1, err: err}
+	}
+	claimed, workErr, err := c.pipeliner.ProcessPipelinedBatch(ctx, p, work)
+	obs.lap(phaseCommit)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("pipelined transaction: %w", c.classify(err))
+	case !claimed:
+		c.duplicates.Store(p.Consumer, struct{}{})
+		return false, nil
+	case workErr != nil:
+		return false, &batchHandlerError{index: -1, err: fmt.Errorf("handler: %w", c.classify(workErr))}
+	}
+	return true, nil
 }

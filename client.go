@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -168,8 +169,14 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 // handlers receive.
 type Client[TTx any] struct {
 	driver inboxdriver.Driver[TTx]
-	config Config
-	logger *slog.Logger
+	// pipeliner is driver, when it can send a message's whole transaction
+	// in one round trip.
+	pipeliner inboxdriver.Pipeliner
+	// duplicates holds the consumers whose last pipelined claim was a
+	// duplicate (see afterDuplicate).
+	duplicates sync.Map
+	config     Config
+	logger     *slog.Logger
 }
 
 // NewClient returns a client over driver. config may be nil; its zero
@@ -186,7 +193,8 @@ func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Client[TTx]{driver: driver, config: cfg, logger: logger}, nil
+	pipeliner, _ := driver.(inboxdriver.Pipeliner)
+	return &Client[TTx]{driver: driver, pipeliner: pipeliner, config: cfg, logger: logger}, nil
 }
 
 // Driver returns the client's driver.

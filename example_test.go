@@ -107,6 +107,30 @@ func ExampleClient_ProcessBatch() {
 	// balance: 200
 }
 
+// A handler that only writes can queue its statements: Process then sends
+// BEGIN, the claim, the UPDATE and COMMIT in one round trip. The duplicate
+// fails the claim, and its UPDATE does not run.
+func ExamplePipelinedHandler() {
+	client, pool, drop := exampleClient()
+	defer drop()
+	ctx := context.Background()
+
+	credit := inboxpgx.PipelineFunc(func(ctx context.Context, msg inbox.Message, b *pgx.Batch) error {
+		b.Queue(`UPDATE accounts SET balance_cents = balance_cents + 100 WHERE id = 1`)
+		return nil
+	})
+	msg := inbox.Message{ID: "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55"}
+	for range 2 {
+		outcome, err := client.Process(ctx, "billing", msg, credit)
+		fmt.Println(outcome, err)
+	}
+	fmt.Println("balance:", balance(pool))
+	// Output:
+	// applied <nil>
+	// duplicate <nil>
+	// balance: 100
+}
+
 // ProcessTx claims inside a transaction the application already runs.
 func ExampleClient_ProcessTx() {
 	client, pool, drop := exampleClient()

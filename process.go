@@ -38,6 +38,35 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	if obs != nil {
 		defer func() { obs.end(ctx, []Outcome{out}, err) }()
 	}
+	ph, pipelinable := h.(PipelinedHandler[TTx])
+	pipelinable = pipelinable && c.pipeliner != nil
+	paused := pipelinable && c.afterDuplicate(consumer)
+	var workErr error
+	if paused {
+		// Within a run of duplicates a committed row, which only an applied
+		// message leaves, answers in one round trip. A message not found
+		// is new, or in flight elsewhere: the claim decides.
+		seen, err := c.pipeliner.Applied(ctx, c.claimParams(consumer, msg.ID))
+		if err != nil {
+			return 0, fmt.Errorf("claim: %w", c.classify(err))
+		}
+		if seen {
+			obs.lap(phaseClaim)
+			return Duplicate, nil
+		}
+		c.duplicates.Delete(consumer) // the run of duplicates has ended
+	}
+	if pipelinable {
+		var work any
+		workErr = c.call(ctx, consumer, msg.ID, func(ctx context.Context) error {
+			var err error
+			work, err = ph.Pipeline(ctx, msg)
+			return err
+		})
+		if workErr == nil {
+			return c.processPipelined(ctx, obs, consumer, msg, work)
+		}
+	}
 	tx, claimed, err := c.driver.BeginClaim(ctx, c.claimParams(consumer, msg.ID))
 	obs.lap(phaseClaim)
 	if err != nil {
@@ -48,7 +77,13 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		return Duplicate, nil
 	}
 	fault.Inject(ctx, fault.AfterClaim)
-	err = c.handle(ctx, consumer, h, tx, msg)
+	if workErr != nil {
+		// A PipelinedHandler that could not describe its work: claimed
+		// on its own all the same, so that a duplicate stays a Duplicate.
+		err = workErr
+	} else {
+		err = c.handle(ctx, consumer, h, tx, msg)
+	}
 	obs.lap(phaseHandler)
 	if err != nil {
 		c.rollback(ctx, tx)
@@ -62,6 +97,35 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		return 0, fmt.Errorf("commit: %w", c.classify(err))
 	}
 	return Applied, nil
+}
+
+// processPipelined sends msg's whole transaction in one round trip: BEGIN,
+// the claim, the work a PipelinedHandler described, COMMIT. A duplicate
+// stops it at the claim; pipelining then pauses for consumer until a
+// message turns out new (see afterDuplicate).
+func (c *Client[TTx]) processPipelined(ctx context.Context, obs *txObservation, consumer string, msg Message, work any) (Outcome, error) {
+	claimed, workErr, err := c.pipeliner.ProcessPipelined(ctx, c.claimParams(consumer, msg.ID), work)
+	obs.lap(phaseCommit)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("pipelined transaction: %w", c.classify(err))
+	case !claimed:
+		c.duplicates.Store(consumer, struct{}{})
+		return Duplicate, nil
+	case workErr != nil:
+		return 0, fmt.Errorf("handler: %w", c.classify(workErr))
+	}
+	return Applied, nil
+}
+
+// afterDuplicate reports whether consumer's last pipelined claim found a
+// duplicate, with no new message since. Duplicates come in runs (a replay
+// after a crash or a rebalance), and a pipelined duplicate costs an error
+// on the server, which logs it: during a run, messages are claimed first
+// and their work sent only when the claim is new.
+func (c *Client[TTx]) afterDuplicate(consumer string) bool {
+	_, ok := c.duplicates.Load(consumer)
+	return ok
 }
 
 // handle calls h with a context that names consumer (for Client.Effect),

@@ -54,6 +54,35 @@ type Driver[TTx any] interface {
 	Rollback(ctx context.Context, tx TTx) error
 }
 
+// Pipeliner is implemented by a store that can send a message's whole
+// transaction in one round trip: BEGIN, the claim, a handler's work, COMMIT.
+// The client uses it for handlers that implement inbox.PipelinedHandler.
+type Pipeliner interface {
+	// ProcessPipelined claims p.ID for p.Consumer, runs work after the
+	// claim and commits, in one round trip. work is what a PipelinedHandler
+	// built for this store described; work of a kind the store does not
+	// know is an error, and nothing is sent.
+	//
+	// The claim is a plain INSERT, so that a duplicate fails it and the
+	// server skips the rest: claimed is then false, and nothing ran.
+	// workErr is the work's failure: nothing was committed. err is any
+	// other failure, of the begin, the claim or the commit; when it leaves
+	// the commit's outcome unknown (a broken connection), the driver's
+	// Classify says ClassUnavailable. In every case the driver has ended
+	// the transaction.
+	ProcessPipelined(ctx context.Context, p *ClaimParams, work any) (claimed bool, workErr, err error)
+
+	// ProcessPipelinedBatch is ProcessPipelined for many ids, which hold no
+	// duplicates, in one claim statement: claimed is false when any of them
+	// was a duplicate, and then nothing ran.
+	ProcessPipelinedBatch(ctx context.Context, p *ClaimBatchParams, work any) (claimed bool, workErr, err error)
+
+	// Applied reports whether the inbox holds a committed row for p.ID and
+	// p.Consumer, in one round trip outside any transaction. A row that is
+	// not committed yet is not reported: the claim decides for it.
+	Applied(ctx context.Context, p *ClaimParams) (bool, error)
+}
+
 // Admin is the part of a driver that works outside a message's transaction:
 // maintenance, dead letters, statistics and migrations. The CLI and
 // inboxmigrate need only this part, so it is not generic.

@@ -6,6 +6,18 @@
 // bare BEGIN; UPDATE; COMMIT it protects: begin and claim, the handler's
 // statements, commit.
 //
+// # Pipelined handlers
+//
+// A PipelineFunc (or PipelineBatchFunc) queues its statements on a
+// pgx.Batch instead of running them, and Process (or ProcessBatch) then
+// sends the whole transaction as one batch: BEGIN, the claim as a plain
+// INSERT, the statements, COMMIT; one round trip for a new message. A
+// duplicate fails the claim with a unique violation, the server skips the
+// rest, and the driver rolls the aborted transaction back. pgx prepares a
+// failed batch's statements again on their next use, and the server logs
+// the violation, so after a duplicate the client looks messages up first
+// (one SELECT) until one is new.
+//
 // # Concurrent duplicates
 //
 // A second delivery of a message whose first delivery is still in flight
@@ -57,6 +69,7 @@ type Driver struct {
 	pool      *pgxpool.Pool
 	tables    inboxdriver.Tables
 	txOptions pgx.TxOptions
+	begin     string // BEGIN with txOptions
 	q         queries
 }
 
@@ -75,7 +88,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	if err := t.Validate(inboxdriver.DialectPostgres); err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, q: newQueries(t)}, nil
+	return &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t)}, nil
 }
 
 // Pool returns the driver's pool.
@@ -149,16 +162,17 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 
 // queueClaim queues the claim, bracketed by statements that bound its lock
 // wait and then restore the transaction's own lock_timeout, so that the
-// bound applies to the claim and not to the handler.
-func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch)) {
+// bound applies to the claim and not to the handler. It returns the
+// restore, or nil when there is no bracket.
+func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch)) (restore *pgx.QueuedQuery) {
 	if lockTimeout <= 0 {
 		claim(b)
-		return
+		return nil
 	}
 	ms := max(lockTimeout.Milliseconds(), 1)
 	b.Queue(setLockTimeout, fmt.Sprintf("%dms", ms))
 	claim(b)
-	b.Queue(restoreLockTimeout)
+	return b.Queue(restoreLockTimeout)
 }
 
 // The lock-timeout bracket. The saved value lives in a transaction-local

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
@@ -268,6 +269,63 @@ func TestClaimTravelsWithBegin(t *testing.T) {
 		require.NoError(t, r.Err)
 	}
 	require.Equal(t, bareWrites+2, writes.Load(), "a batch claims every id in the BEGIN's round trip")
+
+	// A PipelineFunc sends the whole transaction in one round trip. A
+	// duplicate fails the claim, and the aborted transaction is rolled back;
+	// after it, a message is first looked up, until one is new. (pgx
+	// prepares a failed batch's statements again when next used: each kind
+	// runs once unmeasured after a failure.)
+	p := inboxpgx.PipelineFunc(func(ctx context.Context, m inbox.Message, b *pgx.Batch) error {
+		b.Queue(update, 1)
+		return nil
+	})
+	process := func(id string, want inbox.Outcome) int64 {
+		t.Helper()
+		writes.Store(0)
+		out, err := c.Process(ctx, "billing", inbox.Message{ID: id}, p)
+		require.NoError(t, err)
+		require.Equal(t, want, out)
+		return writes.Load()
+	}
+	process(inboxtest.NewID(), inbox.Applied)
+	id := inboxtest.NewID()
+	require.Equal(t, int64(1), process(id, inbox.Applied), "new, pipelined: BEGIN+claim+UPDATE+COMMIT")
+	require.Equal(t, int64(2), process(id, inbox.Duplicate), "duplicate, pipelined: BEGIN+claim fails, ROLLBACK")
+	process(id, inbox.Duplicate)
+	require.Equal(t, int64(1), process(id, inbox.Duplicate), "duplicate after a duplicate: the lookup")
+	require.GreaterOrEqual(t, process(inboxtest.NewID(), inbox.Applied), int64(2), "new after a duplicate: the lookup, then pipelined")
+	require.Equal(t, int64(1), process(inboxtest.NewID(), inbox.Applied), "new, pipelined again")
+
+	// A PipelineBatchFunc sends an all-new batch's transaction in one round
+	// trip too.
+	pb := inboxpgx.PipelineBatchFunc(func(ctx context.Context, msgs []inbox.Message, b *pgx.Batch) error {
+		b.Queue(update, len(msgs))
+		return nil
+	})
+	three := func() []inbox.Message {
+		return []inbox.Message{{ID: inboxtest.NewID()}, {ID: inboxtest.NewID()}, {ID: inboxtest.NewID()}}
+	}
+	_, err = c.ProcessBatch(ctx, "billing", three(), pb)
+	require.NoError(t, err)
+	writes.Store(0)
+	rs, err = c.ProcessBatch(ctx, "billing", three(), pb)
+	require.NoError(t, err)
+	for _, r := range rs {
+		require.NoError(t, r.Err)
+		require.Equal(t, inbox.Applied, r.Outcome)
+	}
+	require.Equal(t, int64(1), writes.Load(), "a pipelined batch: BEGIN+claim+UPDATE+COMMIT")
+
+	// A query with a callback holds COMMIT back until the callback has
+	// passed: two round trips.
+	checked := inboxpgx.PipelineFunc(func(ctx context.Context, m inbox.Message, b *pgx.Batch) error {
+		b.Queue(update, 1).Exec(func(ct pgconn.CommandTag) error { return nil })
+		return nil
+	})
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, checked))
+	writes.Store(0)
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, checked))
+	require.Equal(t, int64(2), writes.Load(), "new, pipelined with a callback: BEGIN+claim+UPDATE, COMMIT")
 }
 
 // A context that ended is the caller's: not a store outage.

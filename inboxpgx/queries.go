@@ -6,6 +6,8 @@ import "github.com/txinbox/inbox/inboxdriver"
 // names. Values are always bind parameters.
 type queries struct {
 	claim, claimBatch        string
+	claimPlain, applied      string
+	claimBatchPlain          string
 	purge, purgeCount        string
 	forget                   string
 	stats, tableSize         string
@@ -36,6 +38,12 @@ func newQueries(t inboxdriver.Tables) queries {
 VALUES ($1, $2, $3)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id`,
+		// The pipelined claim: a duplicate fails it, which stops the
+		// pipeline before the handler's work.
+		claimPlain: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at) VALUES ($1, $2, $3)`,
+		applied:    `SELECT EXISTS (SELECT FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2)`,
+		claimBatchPlain: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
+SELECT $1, id, $3 FROM unnest($2::` + idArray + `) AS u(id)`,
 		claimBatch: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
 SELECT $1, id, $3 FROM unnest($2::` + idArray + `) AS u(id)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
