@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtest"
@@ -13,7 +15,8 @@ import (
 // BenchmarkClaim measures the claim paths of the store, each in its own
 // transaction with the client's default lock timeout: begin and claim a new
 // id, then commit; the same for a batch of 100 new ids; and begin and claim
-// an id already present, then roll back (the skip path). SingleNoLockTimeout
+// an id already present, then roll back (the skip path); and the pipelined
+// claims, each a whole transaction in one round trip. SingleNoLockTimeout
 // is Single without the lock-timeout bracket. The figures of
 // whole messages with a side effect, against the alternatives, come from
 // 'inbox bench'.
@@ -58,6 +61,31 @@ func BenchmarkClaim(b *testing.B) {
 			}
 			if err := d.Commit(ctx, tx); err != nil {
 				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(b.N*len(ids))/b.Elapsed().Seconds(), "msgs/s")
+	})
+
+	// The pipelined paths: BEGIN, the claim and COMMIT in one round trip
+	// (here with no work after the claim), for one id and for 100.
+	b.Run("Pipelined", func(b *testing.B) {
+		for b.Loop() {
+			claimed, workErr, err := d.ProcessPipelined(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), Now: time.Now(), LockTimeout: lt}, &pgx.Batch{})
+			if err != nil || workErr != nil || !claimed {
+				b.Fatalf("pipelined claim: %v, %v, claimed %v", err, workErr, claimed)
+			}
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("PipelinedBatch100", func(b *testing.B) {
+		ids := make([]string, 100)
+		for b.Loop() {
+			for i := range ids {
+				ids[i] = inboxtest.NewID()
+			}
+			claimed, workErr, err := d.ProcessPipelinedBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, Now: time.Now(), LockTimeout: lt}, &pgx.Batch{})
+			if err != nil || workErr != nil || !claimed {
+				b.Fatalf("pipelined claim: %v, %v, claimed %v", err, workErr, claimed)
 			}
 		}
 		b.ReportMetric(float64(b.N*len(ids))/b.Elapsed().Seconds(), "msgs/s")
