@@ -26,7 +26,13 @@ type pgStore struct {
 	checkSelect, checkInsert string
 	inboxTable               string
 	client                   *inbox.Client[pgx.Tx]
-	handler                  inbox.Handler[pgx.Tx]
+	// handler applies one message's effect. It queues the UPDATE, which
+	// Process sends with BEGIN and the claim, as a user who writes this
+	// handler with inboxpgx.PipelineFunc has it.
+	handler inbox.Handler[pgx.Tx]
+	// txHandler applies it with tx.Exec, in a round trip of its own: the
+	// general form of a handler, which can read before it writes.
+	txHandler inbox.Handler[pgx.Tx]
 	// batchHandler applies a batch's effects in one UPDATE, as a user who
 	// batches writes it.
 	batchHandler inbox.BatchHandler[pgx.Tx]
@@ -77,7 +83,15 @@ WHERE a.id = v.id`
 	}
 	s.client = client
 	s.inboxTable = b.table(inboxdriver.DefaultInboxTable)
-	s.handler = inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+	s.handler = inboxpgx.PipelineFunc(func(ctx context.Context, msg inbox.Message, b *pgx.Batch) error {
+		account, amount, err := decodeEffect(msg.Payload)
+		if err != nil {
+			return inbox.Permanent(err)
+		}
+		b.Queue(s.update, amount, account)
+		return nil
+	})
+	s.txHandler = inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
 		account, amount, err := decodeEffect(msg.Payload)
 		if err != nil {
 			return inbox.Permanent(err)
@@ -85,7 +99,7 @@ WHERE a.id = v.id`
 		_, err = tx.Exec(ctx, s.update, amount, account)
 		return err
 	})
-	s.batchHandler = inbox.BatchHandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msgs []inbox.Message) error {
+	s.batchHandler = inboxpgx.PipelineBatchFunc(func(ctx context.Context, msgs []inbox.Message, b *pgx.Batch) error {
 		ids := make([]int32, len(msgs))
 		amounts := make([]int64, len(msgs))
 		for i, m := range msgs {
@@ -95,8 +109,8 @@ WHERE a.id = v.id`
 			}
 			ids[i], amounts[i] = account, amount
 		}
-		_, err := tx.Exec(ctx, s.updateBatch, ids, amounts)
-		return err
+		b.Queue(s.updateBatch, ids, amounts)
+		return nil
 	})
 	rows, err := b.admin.Query(ctx, `INSERT INTO `+s.inboxTable+` (consumer_name, message_id)
 SELECT $1, gen_random_uuid() FROM generate_series(1, $2::integer) RETURNING message_id::text`, consumer, dupIDs)

@@ -50,6 +50,7 @@ var rows = []*row{
 	{name: "check-then-insert", batch: 1, postgres: true, op: checkThenInsert},
 	{name: "redis-setnx", batch: 1, postgres: true, needs: []*resource{redisResource}, op: redisSetNX},
 	{name: "inbox", batch: 1, postgres: true, inbox: true, op: inboxOne},
+	{name: "inbox-handler", batch: 1, postgres: true, inbox: true, op: inboxOneTx},
 	{name: "inbox-batch-10", batch: 10, postgres: true, inbox: true, op: inboxBatch},
 	{name: "inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
 	{name: "inbox-batch-1000", batch: 1000, postgres: true, inbox: true, op: inboxBatch},
@@ -178,9 +179,17 @@ func redisSetNX(ctx context.Context, b *bench, w *worker) error {
 	return b.pg.applyBare(ctx, b.pool, e)
 }
 
-// inboxOne processes one message per transaction with Client.Process.
+// inboxOne processes one message per transaction with Client.Process and
+// the pipelined handler: BEGIN, the claim and the UPDATE in one round trip,
+// then COMMIT.
 func inboxOne(ctx context.Context, b *bench, w *worker) error {
 	return process(ctx, b.pg.client, b.pg.handler, w.next(b, 1)[0], inbox.Applied)
+}
+
+// inboxOneTx is inboxOne with a handler that runs the UPDATE on the
+// transaction: BEGIN and the claim, the UPDATE, COMMIT.
+func inboxOneTx(ctx context.Context, b *bench, w *worker) error {
+	return process(ctx, b.pg.client, b.pg.txHandler, w.next(b, 1)[0], inbox.Applied)
 }
 
 // process processes e with client and h in a transaction of its own, and
@@ -209,8 +218,10 @@ func inboxBatchPerMessage(ctx context.Context, b *bench, w *worker) error {
 	return b.pg.processBatch(ctx, w, es, inbox.Applied, false)
 }
 
-// inboxDuplicate processes a message whose id the inbox already holds: the
-// skip path, which claims, finds the row and rolls back.
+// inboxDuplicate processes a message whose id the inbox already holds, with
+// the handler of the inbox row: the skip path. The first duplicate of a run
+// fails its pipelined claim; the ones after it are looked up first and
+// found.
 func inboxDuplicate(ctx context.Context, b *bench, w *worker) error {
 	return process(ctx, b.pg.client, b.pg.handler, w.duplicate(b), inbox.Duplicate)
 }
