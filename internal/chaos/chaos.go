@@ -72,6 +72,11 @@ type Config struct {
 	Command func(args []string) *exec.Cmd
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
+	// Pipelined makes the consumers' handler an inboxpgx.PipelineBatchFunc,
+	// so that batches and messages go to the store as whole transactions in
+	// one round trip, instead of a HandlerFunc that runs its statements on
+	// the transaction. It does not combine with ControlNoSkip.
+	Pipelined bool
 	// ControlNoSkip breaks the consumers on purpose: their store reports
 	// every claim as new. It is the negative control that shows the check
 	// catches double applications; a run with it must not be OK.

@@ -127,6 +127,19 @@ func TestChaosCatchesDoubleApplies(t *testing.T) {
 
 // The Kafka run does the same over kfake, with offset-commit errors as
 // the broker faults.
+// The same with pipelined handlers: batches go to the store as whole
+// transactions in one round trip.
+func TestChaosKafkaPipelined(t *testing.T) {
+	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500, Pipelined: true})
+	require.True(t, res.OK, "problems: %v", res.Problems)
+	require.Zero(t, res.DoubleApplied)
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.BalancesWrong)
+	require.Equal(t, res.Events, res.InboxRows)
+	require.GreaterOrEqual(t, res.Kills, 5)
+	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
+}
+
 func TestChaosKafka(t *testing.T) {
 	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500})
 	require.True(t, res.OK, "problems: %v", res.Problems)

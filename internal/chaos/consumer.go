@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,6 +34,8 @@ type consumerFlags struct {
 	// control disables the inbox's skip, for the negative control that
 	// shows the checker catches double applications.
 	control bool
+	// pipelined queues the handler's statements (Config.Pipelined).
+	pipelined bool
 }
 
 // payload is the body of every chaos event.
@@ -84,8 +87,13 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs.StringVar(&f.queueURL, "queue-url", "", "")
 	fs.StringVar(&f.endpoint, "endpoint", "", "")
 	fs.BoolVar(&f.control, "control-no-skip", false, "")
+	fs.BoolVar(&f.pipelined, "pipelined", false, "")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if f.control && f.pipelined {
+		// noSkip breaks the claims of Handle's path only.
+		return errors.New("chaos consumer: --control-no-skip and --pipelined do not combine")
 	}
 	if err := fault.ArmFromEnv(); err != nil {
 		return err
@@ -127,7 +135,22 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			f.consumer, m.ID, p.Account, p.Amount, f.slot)
 		return err
 	})
-	return runTransportConsumer(ctx, &f, client, credit)
+	var h inbox.Handler[pgx.Tx] = credit
+	if f.pipelined {
+		h = inboxpgx.PipelineBatchFunc(func(ctx context.Context, msgs []inbox.Message, b *pgx.Batch) error {
+			for _, m := range msgs {
+				var p payload
+				if err := json.Unmarshal(m.Payload, &p); err != nil {
+					return inbox.Permanent(fmt.Errorf("payload: %w", err))
+				}
+				b.Queue(`UPDATE `+accounts+` SET balance = balance + $1 WHERE id = $2`, p.Amount, p.Account)
+				b.Queue(`INSERT INTO `+effects+` (consumer, event_id, account, amount, slot) VALUES ($1, $2, $3, $4, $5)`,
+					f.consumer, m.ID, p.Account, p.Amount, f.slot)
+			}
+			return nil
+		})
+	}
+	return runTransportConsumer(ctx, &f, client, h)
 }
 
 // consumerLogger logs the adapter's warnings to stderr, which the

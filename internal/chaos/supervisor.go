@@ -65,6 +65,9 @@ func (s *supervisor) start(ctx context.Context, i int) error {
 	if s.cfg.ControlNoSkip {
 		args = append(args, "--control-no-skip")
 	}
+	if s.cfg.Pipelined {
+		args = append(args, "--pipelined")
+	}
 	cmd := s.cfg.Command(args)
 	if cmd.Env == nil {
 		cmd.Env = os.Environ()

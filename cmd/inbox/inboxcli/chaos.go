@@ -27,6 +27,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
 	dups := fs.Float64("duplicates", chaos.DefaultDuplicates, "fraction of events the producer sends twice")
 	seed := fs.Uint64("seed", 0, "seed for the events and the fault schedule (0: random)")
+	pipelined := fs.Bool("pipelined", false, "consumers queue their statements (inboxpgx.PipelineBatchFunc): one round trip per transaction")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
@@ -47,7 +48,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	res, err := chaos.Run(ctx, chaos.Config{
 		Transport: *transport, Brokers: *brokers, SQSEndpoint: *sqsEndpoint, DatabaseURL: url,
 		Consumers: *consumers, Events: *events, Accounts: *accounts, Duplicates: *dups,
-		Duration: duration.d, Seed: *seed, Log: log,
+		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, Log: log,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"chaos-consumer"}, args...)...)
 		},
