@@ -21,7 +21,7 @@ const (
 	DefaultReplayHorizon      = 14 * 24 * time.Hour
 	DefaultRetention          = 30 * 24 * time.Hour
 	DefaultPurgeBatchSize     = 10_000
-	DefaultPurgeRest          = 1.0
+	DefaultPurgeRest          = 3.0
 	DefaultCleanerInterval    = time.Hour
 )
 
@@ -81,8 +81,9 @@ type Config struct {
 
 	// PurgeRest is how long Purge and RunCleaner rest after each batch, as
 	// a multiple of the time the batch took, so that a purge of many rows
-	// leaves the database to the consumers: at 1 a purge works at most half
-	// of the time. Negative does not rest. Defaults to DefaultPurgeRest (1).
+	// leaves the database to the consumers: at 3 a purge works at most a
+	// quarter of the time. Negative does not rest. Defaults to
+	// DefaultPurgeRest (3).
 	PurgeRest float64
 
 	// CleanerInterval is the time between RunCleaner's purges. Defaults to
