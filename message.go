@@ -105,9 +105,11 @@ func (f HandlerFunc[TTx]) Handle(ctx context.Context, tx TTx, msg Message) error
 // known, so it must only describe the work, with no effect of its own. The
 // claim still comes first in the transaction: a duplicate fails it, and the
 // server skips the work. The server logs that failure (a unique violation)
-// as an error; after a duplicate, Process claims first and describes the
-// work only for a new message, until a message is new, so that a replay of
-// many duplicates logs one line and costs what a duplicate costs.
+// as an error, so after a duplicate Process looks each message up first, in
+// one round trip outside a transaction, and reports Duplicate when its row
+// is committed; the first message not found ends the run and goes
+// pipelined. A replay of many duplicates logs one line, and each of its
+// messages costs one short query.
 //
 // An error from Pipeline is the handler's error for a new message; a
 // duplicate is still a Duplicate, as the claim is made all the same.

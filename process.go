@@ -121,8 +121,9 @@ func (c *Client[TTx]) processPipelined(ctx context.Context, obs *txObservation, 
 // afterDuplicate reports whether consumer's last pipelined claim found a
 // duplicate, with no new message since. Duplicates come in runs (a replay
 // after a crash or a rebalance), and a pipelined duplicate costs an error
-// on the server, which logs it: during a run, messages are claimed first
-// and their work sent only when the claim is new.
+// on the server, which logs it: during a run, Process looks each message up
+// first (Pipeliner.Applied) and batches are claimed on their own, until a
+// message or a batch turns out new.
 func (c *Client[TTx]) afterDuplicate(consumer string) bool {
 	_, ok := c.duplicates.Load(consumer)
 	return ok

@@ -27,8 +27,8 @@ import (
 // for. BEGIN, COMMIT and ROLLBACK do not belong in it. The claim is the
 // transaction's first statement, a plain INSERT: a duplicate fails it with
 // a unique violation, which the server logs, and the server skips the
-// statements. After a duplicate the client claims first, without
-// pipelining, until a message is new (see inbox.PipelinedHandler).
+// statements. After a duplicate the client looks each message up first, in
+// one round trip, until one is not there (see inbox.PipelinedHandler).
 //
 // A queued query may check its result in a callback (QueuedQuery.Exec and
 // the like) and return an error, such as for an UPDATE that matched no row:
@@ -36,8 +36,10 @@ import (
 // a second round trip. Without callbacks, a failing statement is what rolls
 // the transaction back.
 //
-// Where the statements cannot go with the claim (ProcessBatch, ProcessTx,
-// after a duplicate), Handle runs them in the transaction, as one batch.
+// Where the statements cannot go with the claim (ProcessBatch, which
+// pipelines PipelineBatchFunc, or a message whose work could not be
+// described), Handle runs them in the transaction after the claim, as one
+// batch.
 type PipelineFunc func(ctx context.Context, msg inbox.Message, b *pgx.Batch) error
 
 var _ inbox.PipelinedHandler[pgx.Tx] = PipelineFunc(nil)
