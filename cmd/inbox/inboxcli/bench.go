@@ -29,7 +29,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	fs.Var(&purgeBaseline, "purge-baseline", "claims measured without a purge, before and after it (default 2s quick, 5s full)")
 	fs.Var(&idDuration, "id-duration", "how long each id kind runs in each round (default 1s quick, 4s full)")
 	rounds := fs.Int("rounds", 0, "rounds of every row, each in a new order (default 7 quick, 15 full)")
-	purgeRows := fs.Int("purge-rows", -1, "expired rows the purge under load deletes; 0 leaves it out (default 500000 quick, 1000000 full)")
+	purgeRows := fs.Int("purge-rows", -1, "expired rows the purge under load deletes; 0 leaves it out (default 250000 quick, 1000000 full)")
 	purgeBatch := fs.Int("purge-batch", 0, "rows per DELETE of the purge (default the client's, 10000)")
 	idRows := fs.Int("id-rows", -1, "rows in the inbox before UUIDv4 and UUIDv7 are compared; 0 leaves it out (default 100000 quick, 1000000 full)")
 	idRounds := fs.Int("id-rounds", 0, "rounds of each id kind (default 2 quick, 3 full)")
