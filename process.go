@@ -38,6 +38,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	if obs != nil {
 		defer func() { obs.end(ctx, []Outcome{out}, err) }()
 	}
+	params := c.claimParams(consumer, msg.ID)
 	ph, pipelinable := h.(PipelinedHandler[TTx])
 	pipelinable = pipelinable && c.pipeliner != nil
 	paused := pipelinable && c.afterDuplicate(consumer)
@@ -46,7 +47,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		// Within a run of duplicates a committed row, which only an applied
 		// message leaves, answers in one round trip. A message not found
 		// is new, or in flight elsewhere: the claim decides.
-		seen, err := c.pipeliner.Applied(ctx, c.claimParams(consumer, msg.ID))
+		seen, err := c.pipeliner.Applied(ctx, params)
 		if err != nil {
 			return 0, fmt.Errorf("claim: %w", c.classify(err))
 		}
@@ -64,10 +65,10 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 			return err
 		})
 		if workErr == nil {
-			return c.processPipelined(ctx, obs, consumer, msg, work)
+			return c.processPipelined(ctx, obs, params, work)
 		}
 	}
-	tx, claimed, err := c.driver.BeginClaim(ctx, c.claimParams(consumer, msg.ID))
+	tx, claimed, err := c.driver.BeginClaim(ctx, params)
 	obs.lap(phaseClaim)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", c.classify(err))
@@ -99,18 +100,18 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	return Applied, nil
 }
 
-// processPipelined sends msg's whole transaction in one round trip: BEGIN,
+// processPipelined sends a message's whole transaction in one round trip: BEGIN,
 // the claim, the work a PipelinedHandler described, COMMIT. A duplicate
 // stops it at the claim; pipelining then pauses for consumer until a
 // message turns out new (see afterDuplicate).
-func (c *Client[TTx]) processPipelined(ctx context.Context, obs *txObservation, consumer string, msg Message, work any) (Outcome, error) {
-	claimed, workErr, err := c.pipeliner.ProcessPipelined(ctx, c.claimParams(consumer, msg.ID), work)
+func (c *Client[TTx]) processPipelined(ctx context.Context, obs *txObservation, p *inboxdriver.ClaimParams, work any) (Outcome, error) {
+	claimed, workErr, err := c.pipeliner.ProcessPipelined(ctx, p, work)
 	obs.lap(phaseCommit)
 	switch {
 	case err != nil:
 		return 0, fmt.Errorf("pipelined transaction: %w", c.classify(err))
 	case !claimed:
-		c.duplicates.Store(consumer, struct{}{})
+		c.duplicates.Store(p.Consumer, struct{}{})
 		return Duplicate, nil
 	case workErr != nil:
 		return 0, fmt.Errorf("handler: %w", c.classify(workErr))

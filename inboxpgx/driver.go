@@ -238,9 +238,15 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 	if tx == nil {
 		return
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	_ = tx.Rollback(rctx)
+}
+
+// cleanupContext is the context of a rollback after ctx failed: it
+// outlives a cancelled ctx, for a bounded time.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 }
 
 // lockID hashes a lock name to an advisory lock key.

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
@@ -55,13 +56,16 @@ func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
 			err := pool.QueryRow(ctx, `SELECT count(*) FROM `+effects+` WHERE consumer = $1 AND message_id = $2`, consumer, id).Scan(&n)
 			return n, err
 		},
-		WaitingClaims: func(ctx context.Context) (int, error) {
-			var n int
-			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
-			return n, err
-		},
+		WaitingClaims: func(ctx context.Context) (int, error) { return waitingClaims(ctx, pool, schema) },
 	}
+}
+
+// waitingClaims counts the claims into schema's tables that wait for a lock.
+func waitingClaims(ctx context.Context, pool *pgxpool.Pool, schema string) (int, error) {
+	var n int
+	err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+ WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ' || $1 || '%'`, pgx.Identifier{schema}.Sanitize()).Scan(&n)
+	return n, err
 }
 
 func TestConformance(t *testing.T) {

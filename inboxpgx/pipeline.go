@@ -46,24 +46,31 @@ var _ inbox.PipelinedHandler[pgx.Tx] = PipelineFunc(nil)
 
 // Handle queues msg's statements and runs them in tx, in one round trip.
 func (f PipelineFunc) Handle(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-	b := &pgx.Batch{}
-	if err := f(ctx, msg, b); err != nil {
-		return err
-	}
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
+	return runQueued(ctx, tx, func(b *pgx.Batch) error { return f(ctx, msg, b) })
 }
 
 // Pipeline implements inbox.PipelinedHandler: it returns msg's statements
 // as a *pgx.Batch.
 func (f PipelineFunc) Pipeline(ctx context.Context, msg inbox.Message) (any, error) {
+	return queued(func(b *pgx.Batch) error { return f(ctx, msg, b) })
+}
+
+// queued returns the batch that queue fills.
+func queued(queue func(b *pgx.Batch) error) (*pgx.Batch, error) {
 	b := &pgx.Batch{}
-	if err := f(ctx, msg, b); err != nil {
+	if err := queue(b); err != nil {
 		return nil, err
 	}
 	return b, nil
+}
+
+// runQueued runs the statements that queue queues in tx, in one round trip.
+func runQueued(ctx context.Context, tx pgx.Tx, queue func(b *pgx.Batch) error) error {
+	b, err := queued(queue)
+	if err != nil || b.Len() == 0 {
+		return err
+	}
+	return tx.SendBatch(ctx, b).Close()
 }
 
 // PipelineBatchFunc is PipelineFunc for many messages at once: it queues the
@@ -86,9 +93,7 @@ func (f PipelineBatchFunc) Handle(ctx context.Context, tx pgx.Tx, msg inbox.Mess
 // HandleBatch queues the statements of msgs and runs them in tx, in one
 // round trip.
 func (f PipelineBatchFunc) HandleBatch(ctx context.Context, tx pgx.Tx, msgs []inbox.Message) error {
-	return PipelineFunc(func(ctx context.Context, _ inbox.Message, b *pgx.Batch) error {
-		return f(ctx, msgs, b)
-	}).Handle(ctx, tx, inbox.Message{})
+	return runQueued(ctx, tx, func(b *pgx.Batch) error { return f(ctx, msgs, b) })
 }
 
 // Pipeline implements inbox.PipelinedHandler for msg alone.
@@ -99,11 +104,7 @@ func (f PipelineBatchFunc) Pipeline(ctx context.Context, msg inbox.Message) (any
 // PipelineBatch implements inbox.PipelinedBatchHandler: it returns the
 // statements of msgs as a *pgx.Batch.
 func (f PipelineBatchFunc) PipelineBatch(ctx context.Context, msgs []inbox.Message) (any, error) {
-	b := &pgx.Batch{}
-	if err := f(ctx, msgs, b); err != nil {
-		return nil, err
-	}
-	return b, nil
+	return queued(func(b *pgx.Batch) error { return f(ctx, msgs, b) })
 }
 
 var _ inboxdriver.Pipeliner = (*Driver)(nil)
@@ -227,7 +228,7 @@ func isUniqueViolation(err error) bool {
 // rollbackConn rolls back conn's aborted transaction, with a context that
 // outlives a cancelled ctx.
 func (d *Driver) rollbackConn(ctx context.Context, conn *pgxpool.Conn) error {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	_, err := conn.Exec(rctx, "rollback")
 	return err

@@ -186,9 +186,8 @@ func TestPipelineFuncConcurrentDuplicate(t *testing.T) {
 	waiting := func() {
 		t.Helper()
 		for {
-			var n int
-			require.NoError(t, f.d.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
- WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO ' || $1 || '%'`, pgx.Identifier{f.d.Tables().Schema}.Sanitize()).Scan(&n))
+			n, err := waitingClaims(ctx, f.d.Pool(), f.d.Tables().Schema)
+			require.NoError(t, err)
 			if n > 0 {
 				return
 			}

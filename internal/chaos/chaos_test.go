@@ -60,12 +60,10 @@ func run(t *testing.T, cfg Config) *Result {
 	return res
 }
 
-// The SQS run kills real consumer processes at the named fault points and
-// at random times, terminates their connections and fails broker requests,
-// and every event is still applied exactly once. goaws state is global to
-// the process, so SQS runs are not parallel.
-func TestChaosSQS(t *testing.T) {
-	res := run(t, Config{Transport: "sqs", Duration: 30 * time.Second, Events: 1500})
+// requireExactlyOnce checks a run that killed consumers and delivered
+// duplicates: every event applied once, none lost, every balance right.
+func requireExactlyOnce(t *testing.T, res *Result) {
+	t.Helper()
 	require.True(t, res.OK, "problems: %v", res.Problems)
 	require.Zero(t, res.DoubleApplied)
 	require.Zero(t, res.Lost)
@@ -73,6 +71,15 @@ func TestChaosSQS(t *testing.T) {
 	require.Equal(t, res.Events, res.InboxRows)
 	require.GreaterOrEqual(t, res.Kills, 5)
 	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
+}
+
+// The SQS run kills real consumer processes at the named fault points and
+// at random times, terminates their connections and fails broker requests,
+// and every event is still applied exactly once. goaws state is global to
+// the process, so SQS runs are not parallel.
+func TestChaosSQS(t *testing.T) {
+	res := run(t, Config{Transport: "sqs", Duration: 30 * time.Second, Events: 1500})
+	requireExactlyOnce(t, res)
 }
 
 func TestTally(t *testing.T) {
@@ -131,22 +138,10 @@ func TestChaosCatchesDoubleApplies(t *testing.T) {
 // transactions in one round trip.
 func TestChaosKafkaPipelined(t *testing.T) {
 	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500, Pipelined: true})
-	require.True(t, res.OK, "problems: %v", res.Problems)
-	require.Zero(t, res.DoubleApplied)
-	require.Zero(t, res.Lost)
-	require.Zero(t, res.BalancesWrong)
-	require.Equal(t, res.Events, res.InboxRows)
-	require.GreaterOrEqual(t, res.Kills, 5)
-	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
+	requireExactlyOnce(t, res)
 }
 
 func TestChaosKafka(t *testing.T) {
 	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500})
-	require.True(t, res.OK, "problems: %v", res.Problems)
-	require.Zero(t, res.DoubleApplied)
-	require.Zero(t, res.Lost)
-	require.Zero(t, res.BalancesWrong)
-	require.Equal(t, res.Events, res.InboxRows)
-	require.GreaterOrEqual(t, res.Kills, 5)
-	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
+	requireExactlyOnce(t, res)
 }
