@@ -345,10 +345,20 @@ func (h *harness) queued(queueURL string) int {
 	return n
 }
 
-// waitDrained waits until every message of the queue was deleted.
+// waitDrained waits until the queue shows no message. A message in flight
+// is not shown either: when the test needs a message's delete, it waits
+// for it with waitDeleted.
 func (h *harness) waitDrained(queueURL string) {
 	h.t.Helper()
 	eventually(h.t, "queue drained", func() bool { return h.queued(queueURL) == 0 })
+}
+
+// waitDeleted waits until each of the messages was deleted at least once.
+func (h *harness) waitDeleted(messageIDs ...string) {
+	h.t.Helper()
+	for _, id := range messageIDs {
+		eventually(h.t, "message "+id+" deleted", func() bool { return h.rec.deletes(id) > 0 })
+	}
 }
 
 // effectCount is how many effect rows the event has.

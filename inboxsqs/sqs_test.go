@@ -57,6 +57,7 @@ func TestExactlyOnce(t *testing.T) {
 
 		h.start(h.config(q), h.effectHandler(&calls), nil)
 		h.waitDrained(q)
+		h.waitDeleted(mid)
 		require.GreaterOrEqual(t, h.rec.delivered(mid), 2, "the message was delivered again")
 		require.Equal(t, 1, h.rec.deletes(mid))
 		require.Equal(t, int32(1), calls.Load(), "the redelivery was skipped: the handler did not run again")
@@ -118,6 +119,7 @@ func TestExactlyOnce(t *testing.T) {
 		cfg.MaxMessages = 1 // so that two workers can take one each
 		h.start(cfg, h.effectHandler(&calls), nil)
 		h.waitDrained(q)
+		h.waitDeleted(mid1, mid2)
 		require.Equal(t, 1, h.rec.delivered(mid1))
 		require.Equal(t, 1, h.rec.delivered(mid2))
 		require.Equal(t, 1, h.rec.deletes(mid1))
@@ -160,6 +162,7 @@ func TestExactlyOnce(t *testing.T) {
 		require.Equal(t, 1, h.rec.delivered(mid), "no second worker received the message meanwhile")
 		close(release)
 		h.waitDrained(q)
+		h.waitDeleted(mid)
 		require.Equal(t, 1, h.rec.delivered(mid))
 		require.Equal(t, 1, h.rec.deletes(mid))
 		require.Equal(t, int32(1), calls.Load())
