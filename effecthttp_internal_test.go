@@ -7,7 +7,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestIdempotencyTransport(t *testing.T) {

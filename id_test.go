@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestCanonicalUUID(t *testing.T) {

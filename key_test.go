@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 func parseTestDuration(s string) (time.Duration, error) { return time.ParseDuration(s) }

@@ -10,13 +10,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxkafka"
+	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 

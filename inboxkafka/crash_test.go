@@ -17,7 +17,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox"
@@ -25,6 +24,7 @@ import (
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/internal/fault"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 // The crash tests kill a real consumer process. The test binary starts
@@ -266,8 +266,9 @@ func crashChild() error {
 			return
 		}
 		fmt.Println(crashLine + string(p))
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL cannot be caught; wait for it.
+		self, _ := os.FindProcess(os.Getpid())
+		_ = self.Kill() // SIGKILL on Unix: no deferred function runs
+		select {}       // a kill cannot be caught; wait for it.
 	})
 	if err := c.Run(ctx); err != nil {
 		return err

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestLateMarksAreFenced: a mark from the worker of an earlier assignment

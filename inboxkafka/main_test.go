@@ -50,7 +50,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -62,6 +61,7 @@ import (
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -168,7 +168,7 @@ func newEnv(t testing.TB, proto protocol, o envOpts) *env {
 		session:    o.session,
 	}
 	e.url = testdb.URL(t)
-	e.pool = testdb.Pool(t)
+	e.pool = testPool(t)
 	e.schema = testdb.Schema(t)
 
 	kopts := []kfake.Opt{

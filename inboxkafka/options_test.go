@@ -6,14 +6,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxpgx"
-	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 // unreachable is a seed broker that nothing listens on: the clients of
@@ -22,7 +21,7 @@ const unreachable = "127.0.0.1:1"
 
 func inboxClient(t *testing.T) *inbox.Client[pgx.Tx] {
 	t.Helper()
-	driver, err := inboxpgx.New(testdb.Pool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: "unused"}})
+	driver, err := inboxpgx.New(testPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: "unused"}})
 	require.NoError(t, err)
 	client, err := inbox.NewClient[pgx.Tx](driver, nil)
 	require.NoError(t, err)

@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { testdb.Main(m) }
 // newDriver returns a driver over a fresh, migrated schema.
 func newDriver(t testing.TB, tables inboxdriver.Tables) (*inboxpgx.Driver, string) {
 	t.Helper()
-	pool := testdb.Pool(t)
+	pool := testPool(t)
 	tables.Schema = testdb.Schema(t)
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: tables})
 	if err != nil {

@@ -39,7 +39,7 @@ func (d *Driver) claim(ctx context.Context, tx *sql.Tx, consumer, id string, now
 		var gotConsumer, gotID string
 		err := tx.QueryRowContext(ctx, mariaDBLockWait(lockTimeout)+d.q.claim, args...).Scan(&gotConsumer, &gotID)
 		switch {
-		case isDuplicateKey(err):
+		case d.engine.DuplicateKey(err):
 			return false, nil
 		case err != nil:
 			return false, err
@@ -51,7 +51,7 @@ func (d *Driver) claim(ctx context.Context, tx *sql.Tx, consumer, id string, now
 		var ok bool
 		err := withMySQLLockWait(ctx, tx, lockTimeout, func() error {
 			var err error
-			ok, err = insertMySQL(ctx, tx, d.q.claim, args)
+			ok, err = d.insertMySQL(ctx, tx, d.q.claim, args)
 			return err
 		})
 		return ok, err
@@ -77,10 +77,10 @@ func claimReturning(ctx context.Context, tx *sql.Tx, query, id string, args []an
 // insertMySQL runs a plain INSERT of one row. A duplicate key (1062) means
 // the row exists. Unlike INSERT IGNORE, a plain INSERT in strict mode fails
 // on every other problem rather than storing a changed value.
-func insertMySQL(ctx context.Context, tx *sql.Tx, query string, args []any) (bool, error) {
+func (d *Driver) insertMySQL(ctx context.Context, tx *sql.Tx, query string, args []any) (bool, error) {
 	_, err := tx.ExecContext(ctx, query, args...)
 	switch {
-	case isDuplicateKey(err):
+	case d.engine.DuplicateKey(err):
 		return false, nil
 	case err != nil:
 		return false, err
@@ -122,7 +122,7 @@ func (d *Driver) claimBatch(ctx context.Context, tx *sql.Tx, consumer string, id
 		err := withMySQLLockWait(ctx, tx, lockTimeout, func() error {
 			for i, id := range ids {
 				var err error
-				out[i], err = insertMySQL(ctx, tx, d.q.claim, []any{consumer, id, d.timeArg(now)})
+				out[i], err = d.insertMySQL(ctx, tx, d.q.claim, []any{consumer, id, d.timeArg(now)})
 				if err != nil {
 					return err
 				}

@@ -10,9 +10,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
@@ -25,14 +22,15 @@ func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	if errors.As(err, &lw) {
 		return inboxdriver.ClassLockTimeout
 	}
-	var class inboxdriver.ErrorClass
+	class := d.engine.Classify(err)
+	if class != inboxdriver.ClassOther {
+		return class
+	}
 	switch d.dialect {
 	case SQLite:
 		class = classifySQLite(err)
 	case Postgres:
 		class = classifyPostgres(err)
-	default:
-		class = classifyMySQL(err)
 	}
 	if class != inboxdriver.ClassOther {
 		return class
@@ -65,40 +63,18 @@ func classifySQLite(err error) inboxdriver.ErrorClass {
 
 func classifyPostgres(err error) inboxdriver.ErrorClass {
 	var st interface{ SQLState() string }
-	if errors.As(err, &st) {
-		code := st.SQLState()
-		switch {
-		case code == "40001", code == "40P01":
-			return inboxdriver.ClassConflict
-		case code == "55P03":
-			return inboxdriver.ClassLockTimeout
-		case strings.HasPrefix(code, "08"), // connection exception
-			code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
-			code == "53300": // too many connections
-			return inboxdriver.ClassUnavailable
-		}
+	if !errors.As(err, &st) {
 		return inboxdriver.ClassOther
 	}
-	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) || errors.Is(err, pgconn.ErrConnClosed) || pgconn.SafeToRetry(err) {
-		return inboxdriver.ClassUnavailable
-	}
-	return inboxdriver.ClassOther
-}
-
-func classifyMySQL(err error) inboxdriver.ErrorClass {
-	if n, ok := mysqlErrorNumber(err); ok {
-		switch n {
-		case mysqlDeadlock, mysqlRecordChanged:
-			return inboxdriver.ClassConflict
-		case mysqlLockWaitTimeout:
-			return inboxdriver.ClassLockTimeout
-		case mysqlTooManyConns, mysqlShutdown, mysqlReadOnly, mysqlConnectionKilled:
-			return inboxdriver.ClassUnavailable
-		}
-		return inboxdriver.ClassOther
-	}
-	if errors.Is(err, mysql.ErrInvalidConn) {
+	code := st.SQLState()
+	switch {
+	case code == "40001", code == "40P01":
+		return inboxdriver.ClassConflict
+	case code == "55P03":
+		return inboxdriver.ClassLockTimeout
+	case strings.HasPrefix(code, "08"), // connection exception
+		code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
+		code == "53300": // too many connections
 		return inboxdriver.ClassUnavailable
 	}
 	return inboxdriver.ClassOther

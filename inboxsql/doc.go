@@ -3,9 +3,13 @@
 // Postgres (pgx's stdlib), and MySQL or MariaDB (go-sql-driver/mysql).
 // Handlers receive the *sql.Tx of the message's transaction.
 //
-//	db, err := inboxsql.OpenSQLite("inbox.db")
+// This package needs only the standard library. Each engine lives in a
+// package, and a module, of its own, which registers its database/sql
+// driver: a program links, and registers, only the engines it imports.
+//
+//	db, err := inboxsqlite.Open("inbox.db")
 //	if err != nil { ... }
-//	d, err := inboxsql.New(db, inboxsql.SQLite, nil)
+//	d, err := inboxsql.New(db, inboxsqlite.Engine, nil)
 //	if err != nil { ... }
 //	m, err := inboxmigrate.New(d)
 //	if err != nil { ... }
@@ -22,16 +26,16 @@
 //
 // # Opening the database
 //
-//   - SQLite: [OpenSQLite] (see below). This package registers
-//     modernc.org/sqlite as "sqlite".
-//   - Postgres: register pgx's driver (import _
-//     "github.com/jackc/pgx/v5/stdlib") and sql.Open("pgx", url), or wrap
-//     a pool with stdlib.OpenDBFromPool. Package inboxpgx is the primary
+//   - SQLite: inboxsqlite.Open (see below) and inboxsqlite.Engine.
+//     Package inboxsqlite registers modernc.org/sqlite as "sqlite".
+//   - Postgres: inboxpostgres.Open(url), or stdlib.OpenDBFromPool over a
+//     pgx pool, and inboxpostgres.Engine. Package inboxpgx is the primary
 //     Postgres store: it sends the claim with the BEGIN in one round trip.
 //     Use this one where the application already speaks database/sql.
-//   - MySQL or MariaDB: sql.Open("mysql", dsn); this package registers
-//     go-sql-driver/mysql. Pass MariaDB for a MariaDB server (10.5 or
-//     later), MySQL otherwise. Times are stored in DATETIME(6) columns in
+//   - MySQL or MariaDB: sql.Open("mysql", dsn), with package inboxmysql
+//     imported, which registers go-sql-driver/mysql. Pass
+//     inboxmysql.MariaDB for a MariaDB server (10.5 or later),
+//     inboxmysql.MySQL otherwise. Times are stored in DATETIME(6) columns in
 //     UTC, and sent and read as text, so the DSN's parseTime and loc and
 //     the session's time_zone do not move them. The server must run in a
 //     strict sql_mode (the default since MySQL 5.7 and MariaDB 10.2.4).
@@ -85,7 +89,7 @@
 //
 // # SQLite
 //
-// [OpenSQLite] opens a database file the way this store expects: WAL mode,
+// inboxsqlite.Open opens a database file the way this store expects: WAL mode,
 // so that readers do not block the writer; a busy timeout, so that a writer
 // waits for the write lock instead of failing at once; synchronous=FULL,
 // so that a commit is durable before the message is acked; and BEGIN
@@ -125,18 +129,18 @@
 // wait for a connection for as long as its context lets it.
 //
 // So on SQLite, give the ledger a database file of its own with
-// Config.EffectsDB. Open it with OpenSQLite and migrate it like the inbox's:
+// Config.EffectsDB. Open it with inboxsqlite.Open and migrate it like the inbox's:
 // it is a store of its own, of which only the ledger table is used. Point
 // the inbox command at it to list stuck steps (inbox stats).
 //
-//	db, err := inboxsql.OpenSQLite("inbox.db")
+//	db, err := inboxsqlite.Open("inbox.db")
 //	if err != nil { ... }
-//	effects, err := inboxsql.OpenSQLite("inbox-effects.db")
+//	effects, err := inboxsqlite.Open("inbox-effects.db")
 //	if err != nil { ... }
-//	ld, err := inboxsql.New(effects, inboxsql.SQLite, nil)
+//	ld, err := inboxsql.New(effects, inboxsqlite.Engine, nil)
 //	if err != nil { ... }
 //	// Migrate ld with inboxmigrate, as d.
-//	d, err := inboxsql.New(db, inboxsql.SQLite, &inboxsql.Config{EffectsDB: effects})
+//	d, err := inboxsql.New(db, inboxsqlite.Engine, &inboxsql.Config{EffectsDB: effects})
 //
 // The ledger's writes then take the other file's write lock, which no
 // message transaction holds. The two files do not commit together:

@@ -18,16 +18,38 @@ type Dialect string
 // The dialects. MySQL and MariaDB share their schema, but MariaDB's
 // RETURNING and SET STATEMENT make its claims cheaper.
 const (
-	// SQLite is SQLite 3.35 or later, through modernc.org/sqlite (or any
-	// database/sql driver for SQLite whose errors have a Code() int method).
+	// SQLite is SQLite 3.35 or later (package inboxsqlite).
 	SQLite Dialect = "sqlite"
-	// Postgres is PostgreSQL 12 or later, through pgx's stdlib.
+	// Postgres is PostgreSQL 12 or later (package inboxpostgres).
 	Postgres Dialect = "postgres"
-	// MySQL is MySQL 8.0 or later, through go-sql-driver/mysql.
+	// MySQL is MySQL 8.0 or later (package inboxmysql).
 	MySQL Dialect = "mysql"
-	// MariaDB is MariaDB 10.5 or later, through go-sql-driver/mysql.
+	// MariaDB is MariaDB 10.5 or later (package inboxmysql).
 	MariaDB Dialect = "mariadb"
 )
+
+// Engine is what the store needs to know of a database/sql driver that
+// database/sql cannot tell it: the SQL dialect the database speaks, and
+// what the driver's own errors mean. Each engine package provides one and
+// registers its database/sql driver; a program links, and registers, only
+// the engines it imports:
+//
+//   - inboxsqlite.Engine: SQLite through modernc.org/sqlite;
+//   - inboxpostgres.Engine: Postgres through pgx's stdlib;
+//   - inboxmysql.MySQL and inboxmysql.MariaDB: go-sql-driver/mysql.
+type Engine interface {
+	// Dialect is the SQL dialect of the database.
+	Dialect() Dialect
+	// Classify returns the class of an error of the driver that the
+	// engine knows (a lost connection, a lock timeout, a conflict), or
+	// inboxdriver.ClassOther. It is asked before the store's own rules,
+	// which read SQLSTATEs and SQLite result codes through interfaces.
+	Classify(err error) inboxdriver.ErrorClass
+	// DuplicateKey reports whether err is a unique-key violation. The
+	// MySQL dialects claim with a plain INSERT, whose duplicate-key error
+	// means the row exists.
+	DuplicateKey(err error) bool
+}
 
 // schema returns the dialect of the SQL schema, for inboxmigrate.
 func (d Dialect) schema() inboxdriver.Dialect {
@@ -60,7 +82,7 @@ type Config struct {
 	// like the first (see "Effects ledger" in the package documentation).
 	// SQLite has one writer per database file, and a handler's transaction
 	// holds that file's write lock until it ends: only a ledger in another
-	// file can record a step while a handler runs. Open it with OpenSQLite
+	// file can record a step while a handler runs. Open it with inboxsqlite.Open
 	// too. Defaults to nil: the ledger is in the inbox's own database,
 	// where Effect cannot be called from a handler (ErrLedgerLocked).
 	EffectsDB *sql.DB
@@ -70,6 +92,7 @@ type Config struct {
 type Driver struct {
 	db        *sql.DB
 	dialect   Dialect
+	engine    Engine
 	tables    inboxdriver.Tables
 	txOptions *sql.TxOptions
 	q         *queries
@@ -94,11 +117,16 @@ type Driver struct {
 
 var _ inboxdriver.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver over db, which speaks dialect. config may be nil.
-func New(db *sql.DB, dialect Dialect, config *Config) (*Driver, error) {
+// New returns a driver over db, whose driver and dialect engine describes.
+// config may be nil.
+func New(db *sql.DB, engine Engine, config *Config) (*Driver, error) {
 	if db == nil {
 		return nil, errors.New("inboxsql: db is nil")
 	}
+	if engine == nil {
+		return nil, errors.New("inboxsql: engine is nil: pass inboxsqlite.Engine, inboxpostgres.Engine, inboxmysql.MySQL or inboxmysql.MariaDB")
+	}
+	dialect := engine.Dialect()
 	switch dialect {
 	case SQLite, Postgres, MySQL, MariaDB:
 	default:
@@ -123,6 +151,7 @@ func New(db *sql.DB, dialect Dialect, config *Config) (*Driver, error) {
 	return &Driver{
 		db:        db,
 		dialect:   dialect,
+		engine:    engine,
 		tables:    t,
 		txOptions: cfg.TxOptions,
 		q:         newQueries(dialect, t),

@@ -113,7 +113,7 @@ func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginPara
 // entry exists.
 func (d *Driver) effectInsert(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (bool, error) {
 	res, err := db.ExecContext(ctx, d.q.effectInsert, p.Consumer, p.ID, p.Step, d.timeArg(p.Now))
-	if d.dialect.mysql() && isDuplicateKey(err) {
+	if d.dialect.mysql() && d.engine.DuplicateKey(err) {
 		return false, nil
 	}
 	if err != nil {

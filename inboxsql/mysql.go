@@ -3,37 +3,9 @@ package inboxsql
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
-
-// MySQL and MariaDB server error numbers this package tells apart.
-const (
-	mysqlDuplicateKey     = 1062 // ER_DUP_ENTRY
-	mysqlLockWaitTimeout  = 1205 // ER_LOCK_WAIT_TIMEOUT
-	mysqlDeadlock         = 1213 // ER_LOCK_DEADLOCK
-	mysqlRecordChanged    = 1020 // ER_CHECKREAD: a snapshot-isolation write conflict
-	mysqlTooManyConns     = 1040 // ER_CON_COUNT_ERROR
-	mysqlShutdown         = 1053 // ER_SERVER_SHUTDOWN
-	mysqlReadOnly         = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only, as during a failover
-	mysqlConnectionKilled = 1927 // ER_CONNECTION_KILLED (MariaDB)
-)
-
-func mysqlErrorNumber(err error) (uint16, bool) {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number, true
-	}
-	return 0, false
-}
-
-func isDuplicateKey(err error) bool {
-	n, ok := mysqlErrorNumber(err)
-	return ok && n == mysqlDuplicateKey
-}
 
 // lockWaitSeconds converts a lock timeout to innodb_lock_wait_timeout,
 // which counts whole seconds: rounded up, at least one.

@@ -7,77 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"time"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 )
 
-// DefaultSQLiteBusyTimeout is how long a connection that OpenSQLite opened
-// waits for a lock that another connection holds, such as the write lock,
-// before it fails with SQLITE_BUSY. A claim waits for Config.LockTimeout
-// instead.
+// DefaultSQLiteBusyTimeout is how long a connection that inboxsqlite.Open
+// opened waits for a lock that another connection holds, such as the write
+// lock, before it fails with SQLITE_BUSY. A claim waits for
+// Config.LockTimeout instead.
 const DefaultSQLiteBusyTimeout = 5 * time.Second
-
-// OpenSQLite opens the SQLite database file at path, creating it if need
-// be, through modernc.org/sqlite, with the settings this store needs:
-//
-//   - journal_mode=WAL: readers do not block the writer, nor it them;
-//   - busy_timeout=DefaultSQLiteBusyTimeout: a connection waits for a lock
-//     rather than failing at once with SQLITE_BUSY;
-//   - synchronous=FULL: a commit is on disk before it returns, so a message
-//     is never acked for a commit that a power cut can undo;
-//   - BEGIN IMMEDIATE (_txlock=immediate) for every read-write transaction:
-//     a transaction takes the write lock when it begins, waiting for it
-//     under the busy timeout, so that it cannot fail halfway with
-//     SQLITE_BUSY_SNAPSHOT when it first writes after another connection
-//     did.
-//
-// path is a file path, or a "file:" URI whose parameters are kept. An
-// in-memory database is refused: each connection of the pool would see its
-// own. The returned *sql.DB is the application's too: use it for the
-// handlers' own statements, through the transaction they receive.
-func OpenSQLite(path string) (*sql.DB, error) {
-	dsn, err := sqliteDSN(path)
-	if err != nil {
-		return nil, err
-	}
-	db, err := sql.Open("sqlite", dsn)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var mode string
-	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
-		db.Close()
-		return nil, fmt.Errorf("inboxsql: open SQLite database %s: %w", path, err)
-	}
-	if !strings.EqualFold(mode, "wal") {
-		db.Close()
-		return nil, fmt.Errorf("inboxsql: open SQLite database %s: journal mode is %q, not WAL", path, mode)
-	}
-	return db, nil
-}
-
-func sqliteDSN(path string) (string, error) {
-	params := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_txlock=immediate",
-		DefaultSQLiteBusyTimeout.Milliseconds())
-	rest, isURI := strings.CutPrefix(path, "file:")
-	name, query, _ := strings.Cut(rest, "?")
-	switch {
-	case path == "" || name == "":
-		return "", errors.New("inboxsql: OpenSQLite: the path is empty")
-	case name == ":memory:" || strings.Contains(query, "mode=memory"):
-		return "", fmt.Errorf("inboxsql: OpenSQLite %q: an in-memory database is private to one connection of the pool: use a file", path)
-	case !isURI && query != "":
-		return "", fmt.Errorf("inboxsql: OpenSQLite %q: a path with '?' must be written as a file: URI", path)
-	}
-	if query != "" {
-		return path + "&" + params, nil
-	}
-	return path + "?" + params, nil
-}
 
 // SQLite result codes this package tells apart; an extended code carries
 // its primary code in its low byte.

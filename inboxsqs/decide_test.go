@@ -7,9 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestDecide covers the redelivery bound for every receive count, which

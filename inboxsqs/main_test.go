@@ -62,7 +62,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
-	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/txinbox/inbox"
@@ -70,6 +69,7 @@ import (
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxsqs"
+	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -251,7 +251,7 @@ type harness struct {
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	endpoint, rec := startGoaws()
-	pool := testdb.Pool(t)
+	pool := testPool(t)
 	schema := testdb.Schema(t)
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	require.NoError(t, err)

@@ -14,12 +14,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
-	"github.com/stretchr/testify/require"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxsqs"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/fault"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 // crashAt returns a Run context wrapper whose hook runs crash once, the

@@ -22,7 +22,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 )
 
 // Point names a place in the code path where a crash can be injected.
@@ -88,8 +87,7 @@ func Inject(ctx context.Context, p Point) {
 	mu.Unlock()
 	if crash {
 		fmt.Fprintf(os.Stderr, "fault: crashing at %s\n", p)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL cannot be caught; wait for it.
+		killSelf()
 	}
 }
 

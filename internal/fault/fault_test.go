@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestArmFromEnvErrors(t *testing.T) {

@@ -10,14 +10,14 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 )
 
 // MySQL and MariaDB tests use the server named by TEST_MYSQL_URL, a
 // mysql://user:password@host:port/database URL, or DefaultMySQLURL. Each
 // test gets a database of its own (MySQL), dropped on cleanup. When the
-// server does not answer, the test is skipped, or fails in CI.
+// server does not answer, the test is skipped, or fails in CI. The test
+// binary registers the "mysql" database/sql driver by importing
+// github.com/go-sql-driver/mysql.
 
 // DefaultMySQLURL is the machine's MariaDB.
 const DefaultMySQLURL = "mysql://root@127.0.0.1:3306/test"
@@ -28,7 +28,7 @@ const MaxMySQLConns = 16
 
 var (
 	mysqlOnce  sync.Once
-	mysqlCfg   *mysql.Config
+	mysqlCfg   *mysqlConfig
 	mysqlAdmin *sql.DB
 	mysqlErr   error
 )
@@ -41,8 +41,13 @@ func MySQLURL() string {
 	return DefaultMySQLURL
 }
 
-// mysqlConfig parses a mysql:// URL into a go-sql-driver config.
-func mysqlConfig(raw string) (*mysql.Config, error) {
+// mysqlConfig is the part of a mysql:// URL a DSN needs.
+type mysqlConfig struct {
+	user, password, addr string
+}
+
+// parseMySQLURL parses a mysql://user:password@host:port/database URL.
+func parseMySQLURL(raw string) (*mysqlConfig, error) {
 	u, err := neturl.Parse(raw)
 	if err != nil {
 		return nil, err
@@ -50,27 +55,34 @@ func mysqlConfig(raw string) (*mysql.Config, error) {
 	if u.Scheme != "mysql" {
 		return nil, fmt.Errorf("TEST_MYSQL_URL %q: want mysql://user:password@host:port/database", raw)
 	}
-	cfg := mysql.NewConfig()
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.Net = "tcp"
 	port := u.Port()
 	if port == "" {
 		port = "3306"
 	}
-	cfg.Addr = net.JoinHostPort(u.Hostname(), port)
-	cfg.Timeout = 3 * time.Second
-	return cfg, nil
+	pw, _ := u.User.Password()
+	return &mysqlConfig{user: u.User.Username(), password: pw, addr: net.JoinHostPort(u.Hostname(), port)}, nil
+}
+
+// dsn returns go-sql-driver/mysql's DSN for database on the server:
+// user:password@tcp(host:port)/database?timeout=3s. The driver takes the
+// password verbatim up to the last '@'.
+func (c *mysqlConfig) dsn(database string) string {
+	cred := c.user
+	if c.password != "" {
+		cred += ":" + c.password
+	}
+	return fmt.Sprintf("%s@tcp(%s)/%s?timeout=3s", cred, c.addr, database)
 }
 
 func mysqlSetup() {
 	raw := MySQLURL()
-	mysqlCfg, mysqlErr = mysqlConfig(raw)
+	mysqlCfg, mysqlErr = parseMySQLURL(raw)
 	if mysqlErr != nil {
 		return
 	}
-	mysqlAdmin, mysqlErr = sql.Open("mysql", mysqlCfg.FormatDSN())
+	mysqlAdmin, mysqlErr = sql.Open("mysql", mysqlCfg.dsn(""))
 	if mysqlErr != nil {
+		mysqlErr = fmt.Errorf("%w (the test binary must import github.com/go-sql-driver/mysql)", mysqlErr)
 		return
 	}
 	mysqlAdmin.SetMaxOpenConns(4)
@@ -134,9 +146,7 @@ func MySQLDSN(t testing.TB, database string) string {
 	t.Helper()
 	mysqlOnce.Do(mysqlSetup)
 	Require(t, "MySQL/MariaDB", mysqlErr)
-	cfg := mysqlCfg.Clone()
-	cfg.DBName = database
-	return cfg.FormatDSN()
+	return mysqlCfg.dsn(database)
 }
 
 // dropMySQLDatabase drops a test database. A failed test can leave a

@@ -12,29 +12,35 @@
 //	CI                 "true" turns a missing Postgres into a failure
 //
 // Call Main from TestMain so the throwaway cluster stops when the tests end;
-// it also stops if the test binary dies, through a parent-death signal.
+// on Linux it also stops if the test binary dies, through a parent-death
+// signal.
+//
+// The package needs only the standard library, so that it lives in the
+// root module: it talks to Postgres through database/sql with the driver
+// named PostgresDriver, which the test binary registers by importing
+// github.com/jackc/pgx/v5/stdlib, and to MySQL with "mysql" (import
+// github.com/go-sql-driver/mysql). A module that wants a pool of its own
+// driver makes it with Shared.
 package testdb
 
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // DefaultURL is the machine's local server.
@@ -44,14 +50,19 @@ const DefaultURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 // by default, and Postgres allows 100 connections.
 const MaxConns = 34
 
+// PostgresDriver is the database/sql driver name this package opens
+// Postgres with: pgx's stdlib registers it.
+const PostgresDriver = "pgx"
+
 var (
 	once      sync.Once
 	url       string
 	setupErr  error
+	stopMu    sync.Mutex
 	stopFuncs []func()
-	poolOnce  sync.Once
-	pool      *pgxpool.Pool
-	poolErr   error
+	adminOnce sync.Once
+	admin     *sql.DB
+	adminErr  error
 )
 
 // CI reports whether the tests run in CI, where a missing service fails.
@@ -87,6 +98,10 @@ func URLOrError() (string, error) {
 }
 
 func setup() {
+	if !slices.Contains(sql.Drivers(), PostgresDriver) {
+		setupErr = fmt.Errorf("no database/sql driver %q: the test binary must import github.com/jackc/pgx/v5/stdlib", PostgresDriver)
+		return
+	}
 	explicit := os.Getenv("TEST_DATABASE_URL")
 	if os.Getenv("TEST_POSTGRES") != "throwaway" {
 		url = explicit
@@ -107,18 +122,18 @@ func setup() {
 		setupErr = fmt.Errorf("no server answers at %s, and a throwaway cluster could not start: %w", DefaultURL, setupErr)
 		return
 	}
-	stopFuncs = append(stopFuncs, stop)
+	onStop(stop)
 }
 
 func ping(u string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, u)
+	db, err := sql.Open(PostgresDriver, u)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (the test binary must import github.com/jackc/pgx/v5/stdlib)", err)
 	}
-	defer conn.Close(ctx)
-	return conn.Ping(ctx)
+	defer db.Close()
+	return db.PingContext(ctx)
 }
 
 // Main runs the tests and then stops the throwaway cluster, if one started.
@@ -128,46 +143,106 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
-// Stop stops the throwaway cluster, if one started.
+// Stop closes the shared pools and stops the throwaway cluster, if one
+// started. Main calls it.
 func Stop() {
-	if pool != nil {
-		pool.Close()
-	}
-	for _, f := range stopFuncs {
-		f()
-	}
+	stopMu.Lock()
+	fs := stopFuncs
 	stopFuncs = nil
+	stopMu.Unlock()
+	// Last registered, first stopped: pools before the cluster.
+	for i := len(fs) - 1; i >= 0; i-- {
+		fs[i]()
+	}
 }
 
-// Pool returns a pool shared by the tests of this binary.
-func Pool(t testing.TB) *pgxpool.Pool {
+func onStop(f func()) {
+	stopMu.Lock()
+	stopFuncs = append(stopFuncs, f)
+	stopMu.Unlock()
+}
+
+// PgxPool is the Shared.Query of a pgx pool: MaxConns connections.
+var PgxPool = "pool_max_conns=" + strconv.Itoa(MaxConns)
+
+// withQuery adds query parameters (k=v&…) to a postgres:// URL.
+func withQuery(u, query string) string {
+	if strings.Contains(u, "?") {
+		return u + "&" + query
+	}
+	return u + "?" + query
+}
+
+// Shared is a value made once per test binary from the test server's URL,
+// such as a pool: its zero value is ready, and Stop closes the value.
+type Shared[T any] struct {
+	// Query, if set, is added to the URL's query, such as PgxPool.
+	Query string
+
+	once sync.Once
+	v    T
+	err  error
+}
+
+// Get returns the shared value, made on first use by open from URL(t) and
+// closed by close when the tests end (Stop). It skips t, or fails it in CI,
+// when open fails. For a pgx pool:
+//
+//	var pools = testdb.Shared[*pgxpool.Pool]{Query: testdb.PgxPool}
+//	p := pools.Get(t, pgxpool.New, (*pgxpool.Pool).Close)
+func (s *Shared[T]) Get(t testing.TB, open func(ctx context.Context, url string) (T, error), close func(T)) T {
 	t.Helper()
 	u := URL(t)
-	poolOnce.Do(func() {
-		cfg, err := pgxpool.ParseConfig(u)
-		if err != nil {
-			poolErr = err
+	if s.Query != "" {
+		u = withQuery(u, s.Query)
+	}
+	s.once.Do(func() {
+		s.v, s.err = open(context.Background(), u)
+		if s.err == nil {
+			v := s.v
+			onStop(func() { close(v) })
+		}
+	})
+	Require(t, "Postgres pool", s.err)
+	return s.v
+}
+
+// adminDB returns the small database/sql pool this package creates and
+// drops schemas with.
+func adminDB(t testing.TB) *sql.DB {
+	t.Helper()
+	u := URL(t)
+	adminOnce.Do(func() {
+		admin, adminErr = sql.Open(PostgresDriver, u)
+		if adminErr != nil {
+			adminErr = fmt.Errorf("%w (the test binary must import github.com/jackc/pgx/v5/stdlib)", adminErr)
 			return
 		}
-		cfg.MaxConns = MaxConns
-		pool, poolErr = pgxpool.NewWithConfig(context.Background(), cfg)
+		admin.SetMaxOpenConns(4)
+		db := admin
+		onStop(func() { db.Close() })
 	})
-	Require(t, "Postgres pool", poolErr)
-	return pool
+	Require(t, "Postgres", adminErr)
+	return admin
+}
+
+// quoteIdent quotes a Postgres identifier.
+func quoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
 // Schema creates a schema with a random name, drops it with everything in
 // it when t ends, and returns its name.
 func Schema(t testing.TB) string {
 	t.Helper()
-	p := Pool(t)
+	db := adminDB(t)
 	name := "inbox_test_" + RandomSuffix()
 	ctx := context.Background()
-	if _, err := p.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{name}.Sanitize()); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA `+quoteIdent(name)); err != nil {
 		t.Fatalf("create schema %s: %v", name, err)
 	}
 	t.Cleanup(func() {
-		if _, err := p.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{name}.Sanitize()+` CASCADE`); err != nil {
+		if _, err := db.ExecContext(context.Background(), `DROP SCHEMA `+quoteIdent(name)+` CASCADE`); err != nil {
 			t.Errorf("drop schema %s: %v", name, err)
 		}
 	})
@@ -194,24 +269,20 @@ func startThrowaway() (string, func(), error) {
 		return "", nil, err
 	}
 	cleanup := func() { _ = os.RemoveAll(dir) }
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			cleanup()
-			return "", nil, fmt.Errorf("running as root, and there is no postgres user to run the cluster as: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
+	owner, err := clusterOwner()
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	if owner != nil {
+		if err := os.Chown(dir, owner.uid, owner.gid); err != nil {
 			cleanup()
 			return "", nil, err
 		}
 	}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.SysProcAttr = runAs(owner, false)
 	if out, err := initdb.CombinedOutput(); err != nil {
 		cleanup()
 		return "", nil, fmt.Errorf("initdb: %w: %s", err, out)
@@ -224,7 +295,7 @@ func startThrowaway() (string, func(), error) {
 	pg := exec.Command(filepath.Join(bindir, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=200")
-	pg.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGINT, Setpgid: true}
+	pg.SysProcAttr = runAs(owner, true)
 	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err == nil {
 		pg.Stdout, pg.Stderr = logf, logf
@@ -236,7 +307,7 @@ func startThrowaway() (string, func(), error) {
 	exited := make(chan struct{})
 	go func() { _ = pg.Wait(); close(exited) }()
 	stop := func() {
-		_ = pg.Process.Signal(syscall.SIGINT)
+		interrupt(pg.Process)
 		select {
 		case <-exited:
 		case <-time.After(30 * time.Second):
@@ -299,33 +370,27 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// SchemaPool creates a schema with a random name and returns a small pool
-// whose search_path is that schema, and a function that drops it. It is for
-// examples, which have no testing.TB; tests use Schema.
-func SchemaPool() (*pgxpool.Pool, string, func(), error) {
+// SchemaURL creates a schema with a random name and returns a URL of the
+// test server whose search_path is that schema, and a function that drops
+// it. It is for examples, which have no testing.TB; tests use Schema.
+func SchemaURL() (string, string, func(), error) {
 	once.Do(setup)
 	if setupErr != nil {
-		return nil, "", nil, setupErr
+		return "", "", nil, setupErr
 	}
 	ctx := context.Background()
 	name := "inbox_example_" + RandomSuffix()
-	cfg, err := pgxpool.ParseConfig(url)
+	db, err := sql.Open(PostgresDriver, url)
 	if err != nil {
-		return nil, "", nil, err
+		return "", "", nil, fmt.Errorf("%w (the example must import github.com/jackc/pgx/v5/stdlib)", err)
 	}
-	cfg.MaxConns = 4
-	cfg.ConnConfig.RuntimeParams["search_path"] = name
-	p, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, "", nil, err
-	}
-	if _, err := p.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{name}.Sanitize()); err != nil {
-		p.Close()
-		return nil, "", nil, err
+	if _, err := db.ExecContext(ctx, `CREATE SCHEMA `+quoteIdent(name)); err != nil {
+		db.Close()
+		return "", "", nil, err
 	}
 	drop := func() {
-		_, _ = p.Exec(context.Background(), `DROP SCHEMA `+pgx.Identifier{name}.Sanitize()+` CASCADE`)
-		p.Close()
+		_, _ = db.ExecContext(context.Background(), `DROP SCHEMA `+quoteIdent(name)+` CASCADE`)
+		db.Close()
 	}
-	return p, name, drop, nil
+	return withQuery(url, "search_path="+name), name, drop, nil
 }

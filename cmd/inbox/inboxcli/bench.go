@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/txinbox/inbox/internal/bench"
+	"github.com/txinbox/inbox/cmd/inbox/internal/bench"
 )
 
 // runBench runs the benchmarks: the inbox against no dedup, a hand-rolled

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/stretchr/testify/require"
 
-	"github.com/txinbox/inbox/internal/bench"
+	"github.com/txinbox/inbox/cmd/inbox/internal/bench"
+	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -108,7 +108,7 @@ func TestBenchQuickJSON(t *testing.T) {
 	// The run cleaned up after itself.
 	require.True(t, strings.HasPrefix(rep.Settings.Schema, "inbox_bench_"), "schema %q", rep.Settings.Schema)
 	var n int
-	require.NoError(t, testdb.Pool(t).QueryRow(context.Background(),
+	require.NoError(t, testPool(t).QueryRow(context.Background(),
 		`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, rep.Settings.Schema).Scan(&n))
 	require.Zero(t, n, "schema %s was not dropped", rep.Settings.Schema)
 	rdb := redis.NewClient(&redis.Options{Addr: bench.DefaultRedisAddr})

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/txinbox/inbox/internal/chaos"
+	"github.com/txinbox/inbox/cmd/inbox/internal/chaos"
 )
 
 func runChaos(ctx context.Context, e *Env, args []string) error {

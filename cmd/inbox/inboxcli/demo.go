@@ -8,7 +8,7 @@ import (
 	"os"
 	"os/exec"
 
-	"github.com/txinbox/inbox/internal/demo"
+	"github.com/txinbox/inbox/cmd/inbox/internal/demo"
 )
 
 func runDemo(ctx context.Context, e *Env, args []string) error {

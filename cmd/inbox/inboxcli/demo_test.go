@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox/internal/require"
 )
 
 // 'inbox demo --json' prints exactly one JSON object, in the contract's

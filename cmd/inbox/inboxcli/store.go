@@ -17,6 +17,8 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxsql"
+	"github.com/txinbox/inbox/inboxsql/inboxmysql"
+	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 )
 
 // storeFlags are the flags that say which store and tables a command uses.
@@ -101,25 +103,25 @@ func (f *storeFlags) openSQLite(path string) (*store, error) {
 	if path == "" {
 		return nil, usagef("--database-url: want sqlite:PATH, with the path of the database file")
 	}
-	db, err := inboxsql.OpenSQLite(path)
+	db, err := inboxsqlite.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the database at %s: %w", path, err)
 	}
 	if f.effectsDB == "" {
-		return f.sqlStore(db, inboxsql.SQLite, path)
+		return f.sqlStore(db, inboxsqlite.Engine, path)
 	}
-	edb, err := inboxsql.OpenSQLite(f.effectsDB)
+	edb, err := inboxsqlite.Open(f.effectsDB)
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("cannot open the effects database at %s: %w", f.effectsDB, err)
 	}
-	ledger, err := inboxsql.New(edb, inboxsql.SQLite, &inboxsql.Config{Tables: f.tables})
+	ledger, err := inboxsql.New(edb, inboxsqlite.Engine, &inboxsql.Config{Tables: f.tables})
 	if err != nil {
 		db.Close()
 		edb.Close()
 		return nil, usagef("%v", err)
 	}
-	d, err := inboxsql.New(db, inboxsql.SQLite, &inboxsql.Config{Tables: f.tables, EffectsDB: edb})
+	d, err := inboxsql.New(db, inboxsqlite.Engine, &inboxsql.Config{Tables: f.tables, EffectsDB: edb})
 	if err != nil {
 		db.Close()
 		edb.Close()
@@ -152,11 +154,11 @@ func (f *storeFlags) openMySQL(ctx context.Context, raw string) (*store, error) 
 		db.Close()
 		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
 	}
-	dialect := inboxsql.MySQL
+	engine := inboxmysql.MySQL
 	if strings.Contains(strings.ToLower(version), "mariadb") {
-		dialect = inboxsql.MariaDB
+		engine = inboxmysql.MariaDB
 	}
-	return f.sqlStore(db, dialect, where)
+	return f.sqlStore(db, engine, where)
 }
 
 // mysqlDSN converts a mysql://user:password@host:port/database?param=value
@@ -197,8 +199,8 @@ func mysqlDSN(raw string) (dsn, where string, err error) {
 }
 
 // sqlStore wraps an open *sql.DB.
-func (f *storeFlags) sqlStore(db *sql.DB, dialect inboxsql.Dialect, where string) (*store, error) {
-	d, err := inboxsql.New(db, dialect, &inboxsql.Config{Tables: f.tables})
+func (f *storeFlags) sqlStore(db *sql.DB, engine inboxsql.Engine, where string) (*store, error) {
+	d, err := inboxsql.New(db, engine, &inboxsql.Config{Tables: f.tables})
 	if err != nil {
 		db.Close()
 		return nil, usagef("%v", err)

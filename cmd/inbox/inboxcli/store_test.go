@@ -11,13 +11,17 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/stretchr/testify/require"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxsql"
+	"github.com/txinbox/inbox/inboxsql/inboxmysql"
+	"github.com/txinbox/inbox/inboxsql/inboxpostgres"
+	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -30,9 +34,9 @@ type database struct {
 }
 
 // seedClient returns a client over db, with a clock 40 days in the past.
-func seedClient(t *testing.T, db *sql.DB, dialect inboxsql.Dialect, tables inboxdriver.Tables) *inbox.Client[*sql.Tx] {
+func seedClient(t *testing.T, db *sql.DB, engine inboxsql.Engine, tables inboxdriver.Tables) *inbox.Client[*sql.Tx] {
 	t.Helper()
-	d, err := inboxsql.New(db, dialect, &inboxsql.Config{Tables: tables})
+	d, err := inboxsql.New(db, engine, &inboxsql.Config{Tables: tables})
 	require.NoError(t, err)
 	c, err := inbox.NewClient(d, &inbox.Config{ReplayHorizon: time.Hour, Now: func() time.Time { return time.Now().Add(-40 * 24 * time.Hour) }})
 	require.NoError(t, err)
@@ -53,23 +57,23 @@ var databases = []database{
 		db, err := sql.Open("mysql", testdb.MySQLDSN(t, name))
 		require.NoError(t, err)
 		t.Cleanup(func() { db.Close() })
-		return url, nil, seedClient(t, db, inboxsql.MariaDB, inboxdriver.Tables{})
+		return url, nil, seedClient(t, db, inboxmysql.MariaDB, inboxdriver.Tables{})
 	}},
 	{"postgres", func(t *testing.T) (string, []string, *inbox.Client[*sql.Tx]) {
 		url := testdb.URL(t)
 		schema := testdb.Schema(t)
-		db := stdlib.OpenDBFromPool(testdb.Pool(t))
+		db := stdlib.OpenDBFromPool(inboxcli.SharedPool(t))
 		t.Cleanup(func() { db.Close() })
-		return url, []string{"--schema", schema}, seedClient(t, db, inboxsql.Postgres, inboxdriver.Tables{Schema: schema})
+		return url, []string{"--schema", schema}, seedClient(t, db, inboxpostgres.Engine, inboxdriver.Tables{Schema: schema})
 	}},
 }
 
 func sqliteSeed(t *testing.T, path string) *inbox.Client[*sql.Tx] {
 	t.Helper()
-	db, err := inboxsql.OpenSQLite(path)
+	db, err := inboxsqlite.Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
-	return seedClient(t, db, inboxsql.SQLite, inboxdriver.Tables{})
+	return seedClient(t, db, inboxsqlite.Engine, inboxdriver.Tables{})
 }
 
 var noop = inbox.HandlerFunc[*sql.Tx](func(context.Context, *sql.Tx, inbox.Message) error { return nil })
@@ -178,27 +182,27 @@ func TestDatabaseURLMistakes(t *testing.T) {
 func TestMigrateSQLMakesAWorkingSchema(t *testing.T) {
 	for _, c := range []struct {
 		dialect string
-		open    func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables)
+		open    func(t *testing.T) (*sql.DB, inboxsql.Engine, inboxdriver.Tables)
 	}{
-		{"sqlite", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
-			db, err := inboxsql.OpenSQLite(filepath.Join(t.TempDir(), "inbox.db"))
+		{"sqlite", func(t *testing.T) (*sql.DB, inboxsql.Engine, inboxdriver.Tables) {
+			db, err := inboxsqlite.Open(filepath.Join(t.TempDir(), "inbox.db"))
 			require.NoError(t, err)
 			t.Cleanup(func() { db.Close() })
-			return db, inboxsql.SQLite, inboxdriver.Tables{}
+			return db, inboxsqlite.Engine, inboxdriver.Tables{}
 		}},
-		{"mysql", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
+		{"mysql", func(t *testing.T) (*sql.DB, inboxsql.Engine, inboxdriver.Tables) {
 			db, _ := testdb.MySQL(t)
-			return db, inboxsql.MariaDB, inboxdriver.Tables{}
+			return db, inboxmysql.MariaDB, inboxdriver.Tables{}
 		}},
-		{"postgres", func(t *testing.T) (*sql.DB, inboxsql.Dialect, inboxdriver.Tables) {
-			db := stdlib.OpenDBFromPool(testdb.Pool(t))
+		{"postgres", func(t *testing.T) (*sql.DB, inboxsql.Engine, inboxdriver.Tables) {
+			db := stdlib.OpenDBFromPool(inboxcli.SharedPool(t))
 			t.Cleanup(func() { db.Close() })
-			return db, inboxsql.Postgres, inboxdriver.Tables{Schema: testdb.Schema(t)}
+			return db, inboxpostgres.Engine, inboxdriver.Tables{Schema: testdb.Schema(t)}
 		}},
 	} {
 		t.Run(c.dialect, func(t *testing.T) {
 			t.Parallel()
-			db, dialect, tables := c.open(t)
+			db, engine, tables := c.open(t)
 			args := []string{"migrate", "sql", "--dialect", c.dialect}
 			if tables.Schema != "" {
 				args = append(args, "--schema", tables.Schema)
@@ -213,7 +217,7 @@ func TestMigrateSQLMakesAWorkingSchema(t *testing.T) {
 				_, err := db.ExecContext(ctx, stmt)
 				require.NoError(t, err, stmt)
 			}
-			c := seedClient(t, db, dialect, tables)
+			c := seedClient(t, db, engine, tables)
 			id := inboxtest.NewID()
 			inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
 			inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))

@@ -1,0 +1,148 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb needs
+
+	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+// The chaos tests start consumers by running this test binary again with
+// INBOX_CHAOS_CONSUMER set: TestMain then runs one consumer instead of the
+// tests.
+func TestMain(m *testing.M) {
+	if os.Getenv("INBOX_CHAOS_CONSUMER") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+		err := RunConsumer(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos consumer:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	testdb.Main(m)
+}
+
+func consumerCommand(args []string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "INBOX_CHAOS_CONSUMER=1")
+	return cmd
+}
+
+// logWriter sends progress lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func run(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	cfg.DatabaseURL = testdb.URL(t)
+	cfg.Command = consumerCommand
+	cfg.Log = logWriter{t}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*cfg.Duration+time.Minute)
+	defer cancel()
+	res, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	t.Logf("result: %+v", *res)
+	return res
+}
+
+// requireExactlyOnce checks a run that killed consumers and delivered
+// duplicates: every event applied once, none lost, every balance right.
+func requireExactlyOnce(t *testing.T, res *Result) {
+	t.Helper()
+	require.True(t, res.OK, "problems: %v", res.Problems)
+	require.Zero(t, res.DoubleApplied)
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.BalancesWrong)
+	require.Equal(t, res.Events, res.InboxRows)
+	require.GreaterOrEqual(t, res.Kills, 5)
+	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
+}
+
+// The SQS run kills real consumer processes at the named fault points and
+// at random times, terminates their connections and fails broker requests,
+// and every event is still applied exactly once. goaws state is global to
+// the process, so SQS runs are not parallel.
+func TestChaosSQS(t *testing.T) {
+	res := run(t, Config{Transport: "sqs", Duration: 30 * time.Second, Events: 1500})
+	requireExactlyOnce(t, res)
+}
+
+func TestTally(t *testing.T) {
+	t.Parallel()
+	events := []event{{ID: "a", Account: 1, Amount: 10}, {ID: "b", Account: 1, Amount: 5}, {ID: "c", Account: 2, Amount: 7}}
+	res := &Result{DuplicatesSkipped: 4}
+	tally(events, map[string]int{"a": 1, "b": 3}, map[int]int64{1: 20, 2: 0, 3: 1}, res)
+	require.Equal(t, 2, res.DoubleApplied)
+	require.Equal(t, 1, res.Lost)
+	require.Equal(t, 3, res.BalancesWrong, "account 1 is 20 not 15, account 2 is 0 not 7, account 3 should not move")
+	require.Equal(t, 6, res.DuplicatesDelivered)
+
+	clean := &Result{}
+	tally(events, map[string]int{"a": 1, "b": 1, "c": 1}, map[int]int64{1: 15, 2: 7}, clean)
+	require.Zero(t, clean.DoubleApplied+clean.Lost+clean.BalancesWrong)
+}
+
+func TestSchedule(t *testing.T) {
+	t.Parallel()
+	events := make([]event, 100)
+	twice := 0
+	for i := range events {
+		events[i] = event{ID: fmt.Sprint(i), Twice: i%7 == 0}
+		if events[i].Twice {
+			twice++
+		}
+	}
+	sends := schedule(events, time.Second, 42)
+	require.Len(t, sends, len(events)+twice)
+	first := map[string]int{}
+	for i, s := range sends {
+		if j, ok := first[s.e.ID]; ok {
+			require.GreaterOrEqual(t, i, j, "a copy never precedes its original")
+			continue
+		}
+		first[s.e.ID] = i
+		if i > 0 {
+			require.GreaterOrEqual(t, s.at, sends[i-1].at)
+		}
+	}
+	require.Len(t, first, len(events))
+}
+
+// The negative control: consumers whose store reports every claim as new
+// apply the duplicates again, and the check must say so.
+func TestChaosCatchesDoubleApplies(t *testing.T) {
+	res := run(t, Config{Transport: "sqs", Duration: 10 * time.Second, Events: 400, Duplicates: 0.2, ControlNoSkip: true})
+	require.False(t, res.OK)
+	require.Positive(t, res.DoubleApplied)
+	require.Positive(t, res.BalancesWrong)
+}
+
+// The Kafka run does the same over kfake, with offset-commit errors as
+// the broker faults.
+// The same with pipelined handlers: batches go to the store as whole
+// transactions in one round trip.
+func TestChaosKafkaPipelined(t *testing.T) {
+	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500, Pipelined: true})
+	requireExactlyOnce(t, res)
+}
+
+func TestChaosKafka(t *testing.T) {
+	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500})
+	requireExactlyOnce(t, res)
+}

@@ -1,9 +1,0 @@
-package inbox_test
-
-import (
-	"testing"
-
-	"github.com/txinbox/inbox/internal/testdb"
-)
-
-func TestMain(m *testing.M) { testdb.Main(m) }
