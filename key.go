@@ -96,7 +96,7 @@ func jsonField(data []byte, names []string) (string, error) {
 	case w.notObject != "":
 		return "", fmt.Errorf("%w: %q is not an object", ErrMalformedID, w.notObject)
 	case w.found == nil:
-		return "", fmt.Errorf("%w: no field %q", ErrNoMessageID, names[len(names)-1])
+		return "", fmt.Errorf("%w: no field %q", ErrNoMessageID, names[w.reached])
 	}
 	var tok any
 	if err := json.Unmarshal(w.found, &tok); err != nil {
@@ -123,6 +123,8 @@ type jsonWalk struct {
 	// notObject names the last field on the path whose value was not an
 	// object, unless a later one with that name was.
 	notObject string
+	// reached is the deepest level of the path whose object was found.
+	reached int
 }
 
 // object reads the value at dec, which must be an object for level 0, and
@@ -135,6 +137,7 @@ func (w *jsonWalk) object(dec *json.Decoder, level int) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return fmt.Errorf("%w: payload is not a JSON object: found %v", ErrMalformedID, jsonKind(tok))
 	}
+	w.reached = max(w.reached, level)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
