@@ -197,7 +197,6 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	params := &inboxdriver.ClaimBatchParams{
 		Consumer:    consumer,
 		IDs:         ids,
-		Now:         c.config.Now(),
 		LockTimeout: c.config.LockTimeout,
 	}
 	ph, pipelinable := h.(PipelinedBatchHandler[TTx])

@@ -94,8 +94,11 @@ type Config struct {
 	// for metrics and tracing. Defaults to nil, which observes nothing.
 	Observer Observer
 
-	// Now returns the current time. It stamps processed_at and places the
-	// purge cutoff. Defaults to time.Now.
+	// Now returns the current time. It stamps the effects ledger's entries
+	// and dead letters' last-seen times. It does not stamp processed_at nor
+	// place the purge cutoff: those come from the database's clock, so
+	// that a consumer host whose clock is wrong cannot make a purge delete
+	// rows inside the replay horizon. Defaults to time.Now.
 	Now func() time.Time
 }
 

@@ -191,7 +191,6 @@ func (c *Client[TTx]) claimParams(consumer, id string) *inboxdriver.ClaimParams 
 	return &inboxdriver.ClaimParams{
 		Consumer:    consumer,
 		ID:          id,
-		Now:         c.config.Now(),
 		LockTimeout: c.config.LockTimeout,
 	}
 }

@@ -52,9 +52,11 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		p.BatchSize = c.config.PurgeBatchSize
 	}
 	params := &inboxdriver.PurgeParams{
-		Before:   c.config.Now().Add(-p.OlderThan),
-		Consumer: p.Consumer,
-		Limit:    p.BatchSize,
+		// The cutoff is the database's now() minus OlderThan: rows are
+		// stamped with the database's clock too, never a host's.
+		OlderThan: p.OlderThan,
+		Consumer:  p.Consumer,
+		Limit:     p.BatchSize,
 	}
 	if p.DryRun {
 		n, err := c.driver.PurgeCount(ctx, params)

@@ -98,8 +98,8 @@ type Admin interface {
 	// or from a handler's SQL on the store's transaction.
 	Classify(err error) ErrorClass
 
-	// PurgeBatch deletes at most p.Limit inbox rows processed before
-	// p.Before, and the effect rows of the same messages, without waiting
+	// PurgeBatch deletes at most p.Limit inbox rows processed more than
+	// p.OlderThan ago by the database's clock, and the effect rows of the same messages, without waiting
 	// for rows that are locked. It returns the number of inbox rows deleted.
 	PurgeBatch(ctx context.Context, p *PurgeParams) (int64, error)
 
@@ -244,12 +244,12 @@ const (
 	ClassUnavailable
 )
 
-// ClaimParams are the parameters of a claim.
+// ClaimParams are the parameters of a claim. The claim stamps
+// processed_at with the database's clock (now(), CURRENT_TIMESTAMP), never
+// a consumer host's: the purge cutoff is read from the same clock.
 type ClaimParams struct {
 	Consumer string
 	ID       string
-	// Now is the processed_at time written with the claim.
-	Now time.Time
 	// LockTimeout bounds the wait behind an uncommitted claim of the same
 	// id by another transaction. Zero means no bound.
 	LockTimeout time.Duration
@@ -259,14 +259,15 @@ type ClaimParams struct {
 type ClaimBatchParams struct {
 	Consumer    string
 	IDs         []string
-	Now         time.Time
 	LockTimeout time.Duration
 }
 
 // PurgeParams select the rows a purge deletes.
 type PurgeParams struct {
-	// Before deletes rows processed strictly before this time.
-	Before time.Time
+	// OlderThan deletes rows processed more than this long ago, by the
+	// database's clock: the cutoff is the database's now() minus OlderThan,
+	// so that a consumer host whose clock is wrong cannot move it.
+	OlderThan time.Duration
 	// Consumer limits the purge to one consumer when not empty.
 	Consumer string
 	// Limit bounds one batch.

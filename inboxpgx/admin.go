@@ -56,14 +56,14 @@ func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 // rows and their effect-ledger entries.
 func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
 	var n int64
-	err := d.pool.QueryRow(ctx, d.q.purge, p.Before, p.Consumer, p.Limit).Scan(&n)
+	err := d.pool.QueryRow(ctx, d.q.purge, p.OlderThan.Microseconds(), p.Consumer, p.Limit).Scan(&n)
 	return n, err
 }
 
 // PurgeCount implements inboxdriver.Admin.
 func (d *Driver) PurgeCount(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
 	var n int64
-	err := d.pool.QueryRow(ctx, d.q.purgeCount, p.Before, p.Consumer).Scan(&n)
+	err := d.pool.QueryRow(ctx, d.q.purgeCount, p.OlderThan.Microseconds(), p.Consumer).Scan(&n)
 	return n, err
 }
 

@@ -105,7 +105,7 @@ func TestBatchClaimLockTimeout(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newDriver(t, inboxdriver.Tables{})
 	held := inboxtest.NewID()
-	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: held, Now: time.Now()})
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: held})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Rollback(context.Background(), tx) })
 	require.True(t, claimed)

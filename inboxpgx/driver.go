@@ -107,7 +107,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pg
 	b.BeginTx(d.txOptions)
 	var claimed bool
 	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
-		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+		b.Queue(d.q.claim, p.Consumer, p.ID).Exec(func(ct pgconn.CommandTag) error {
 			claimed = ct.RowsAffected() == 1
 			return nil
 		})
@@ -126,7 +126,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 	b.BeginTx(d.txOptions)
 	claimed := make([]bool, len(p.IDs))
 	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
-		b.Queue(d.q.claimBatch, p.Consumer, p.IDs, p.Now).Query(func(rows pgx.Rows) error {
+		b.Queue(d.q.claimBatch, p.Consumer, p.IDs).Query(func(rows pgx.Rows) error {
 			return scanClaimed(rows, p.IDs, claimed)
 		})
 	})
@@ -140,7 +140,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 // Claim implements inboxdriver.Driver, inside the caller's transaction.
 func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParams) (bool, error) {
 	if p.LockTimeout <= 0 {
-		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID, p.Now)
+		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID)
 		if err != nil {
 			return false, err
 		}
@@ -149,7 +149,7 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 	b := &pgx.Batch{}
 	var claimed bool
 	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
-		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+		b.Queue(d.q.claim, p.Consumer, p.ID).Exec(func(ct pgconn.CommandTag) error {
 			claimed = ct.RowsAffected() == 1
 			return nil
 		})

@@ -115,7 +115,7 @@ var _ inboxdriver.Pipeliner = (*Driver)(nil)
 // unique violation, and the server skips the rest of the batch.
 func (d *Driver) ProcessPipelined(ctx context.Context, p *inboxdriver.ClaimParams, work any) (claimed bool, workErr, err error) {
 	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch) *pgx.QueuedQuery {
-		return b.Queue(d.q.claimPlain, p.Consumer, p.ID, p.Now)
+		return b.Queue(d.q.claimPlain, p.Consumer, p.ID)
 	})
 }
 
@@ -123,7 +123,7 @@ func (d *Driver) ProcessPipelined(ctx context.Context, p *inboxdriver.ClaimParam
 // with one INSERT … SELECT FROM unnest of every id.
 func (d *Driver) ProcessPipelinedBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams, work any) (claimed bool, workErr, err error) {
 	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch) *pgx.QueuedQuery {
-		return b.Queue(d.q.claimBatchPlain, p.Consumer, p.IDs, p.Now)
+		return b.Queue(d.q.claimBatchPlain, p.Consumer, p.IDs)
 	})
 }
 
