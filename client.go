@@ -42,9 +42,11 @@ type Config struct {
 
 	// LockTimeout bounds how long a claim waits behind an uncommitted claim
 	// of the same message by another transaction (a concurrent duplicate
-	// delivery while the first is still in flight). When it runs out, the
-	// claim fails with ErrLockTimeout, which is retryable. It applies only
-	// to the claim, not to the handler's statements. Negative means wait
+	// delivery while the first is still in flight), or behind a lock on the
+	// whole inbox table, including on a connection that has not prepared
+	// the claim yet. When it runs out, the claim fails with ErrLockTimeout,
+	// which is retryable. It applies only to the claim, not to the
+	// handler's statements. Negative means wait
 	// without limit. Defaults to DefaultLockTimeout (5s).
 	//
 	// On Postgres the bound costs two statements in the claim's round trip,

@@ -36,9 +36,11 @@ var (
 	ErrWindowTooShort = errors.New("inbox: purge window is shorter than the replay horizon")
 
 	// ErrLockTimeout is returned when a claim waited longer than
-	// Config.LockTimeout behind an uncommitted delivery of the same message
-	// in another transaction. It is retryable: by then the other delivery
-	// has usually committed, and the retry is a Duplicate.
+	// Config.LockTimeout for a lock: most often behind an uncommitted
+	// delivery of the same message in another transaction, or behind a lock
+	// on the whole inbox table (a migration, VACUUM FULL, LOCK TABLE). It is
+	// retryable: by then the other delivery has usually committed, and the
+	// retry is a Duplicate.
 	ErrLockTimeout = errors.New("inbox: timed out waiting for an in-flight delivery of the same message")
 
 	// ErrConflict is returned when a transaction still failed with a
