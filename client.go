@@ -46,8 +46,8 @@ type Config struct {
 	// whole inbox table, including on a connection that has not prepared
 	// the claim yet. When it runs out, the claim fails with ErrLockTimeout,
 	// which is retryable. It applies only to the claim, not to the
-	// handler's statements. Negative means wait
-	// without limit. Defaults to DefaultLockTimeout (5s).
+	// handler's statements. Negative means wait without limit. Defaults to
+	// DefaultLockTimeout (5s).
 	//
 	// On Postgres the bound costs two statements in the claim's round trip,
 	// which set lock_timeout and restore it; BenchmarkClaim in inboxpgx
@@ -209,8 +209,8 @@ func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }
 // Config returns the client's configuration with defaults applied.
 func (c *Client[TTx]) Config() Config { return c.config }
 
-// classify wraps err with the sentinel of its class, so that callers can
-// test it with errors.Is.
+// classify wraps err, from the store, with the sentinel of its class, so
+// that callers can test it with errors.Is.
 func (c *Client[TTx]) classify(err error) error {
 	if err == nil {
 		return nil
@@ -228,8 +228,29 @@ func (c *Client[TTx]) classify(err error) error {
 		if !errors.Is(err, ErrUnavailable) {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
+	case inboxdriver.ClassDenied:
+		if !errors.Is(err, ErrPermissionDenied) {
+			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+		}
 	}
 	return err
+}
+
+// handlerErr tags a handler's failure with StageHandler. It is not
+// classified as the store's errors are: a handler's io.EOF or net.Error
+// from its own work is the message's. It is the store's only when broken
+// says the transaction's connection broke under it. Conflicts of its
+// statements are marked, so that the transaction is retried.
+func (c *Client[TTx]) handlerErr(err error, broken bool) error {
+	if err == nil {
+		return nil
+	}
+	if broken {
+		err = fmt.Errorf("%w: %w", errConnLost, err)
+	} else if c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict) {
+		err = fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return atStage(StageHandler, fmt.Errorf("handler: %w", err))
 }
 
 // retryConflicts runs fn again while it fails with ErrConflict, up to

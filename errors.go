@@ -51,8 +51,14 @@ var (
 	// ErrUnavailable is returned when the store cannot be reached, or a
 	// connection broke. It is retryable and never a reason to dead-letter.
 	// When it comes from a commit, the commit's outcome is unknown: do not
-	// ack, and let the redelivery find out.
+	// ack, and let the redelivery find out. A handler may wrap it, or use
+	// Unavailable, to say its failure is not the message's.
 	ErrUnavailable = errors.New("inbox: store unavailable")
+
+	// ErrPermissionDenied is returned when the store refused a statement
+	// for want of a privilege: RunCleaner returns it when its role may not
+	// DELETE from the inbox (see docs/GRANTS.md).
+	ErrPermissionDenied = errors.New("inbox: permission denied")
 
 	// ErrUnknownOutcome is returned by Client.Effect for a step declared
 	// NonIdempotent whose earlier attempt was recorded started but never

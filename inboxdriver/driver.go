@@ -52,6 +52,15 @@ type Driver[TTx any] interface {
 	// Rollback rolls tx back. Rolling back a transaction that is already
 	// closed is not an error.
 	Rollback(ctx context.Context, tx TTx) error
+
+	// TxBroken reports whether tx's connection broke, or the store says
+	// err means it cannot serve any transaction now (a server shutting
+	// down, a connection lost), after a handler failed with err on tx. The
+	// client then judges the failure the store's, not the message's. A
+	// handler's own errors that only look like a lost connection (io.EOF
+	// from decoding its payload, a net.Error from another service) must
+	// not make it true while tx's connection is sound.
+	TxBroken(ctx context.Context, tx TTx, err error) bool
 }
 
 // Pipeliner is implemented by a store that can send a message's whole
@@ -240,8 +249,15 @@ const (
 	// lock timeout behind an in-flight delivery of the same message.
 	ClassLockTimeout
 	// ClassUnavailable is a store that cannot be reached, or a connection
-	// that broke. It is never a reason to dead-letter.
+	// that broke, whatever error code it carries: a refused connection is
+	// unavailability even when the server gave a reason (no such
+	// database, no CONNECT privilege). It is never a reason to
+	// dead-letter.
 	ClassUnavailable
+	// ClassDenied is a statement the store refused for want of a
+	// privilege (Postgres 42501, MySQL 1142). A cleaner without DELETE
+	// stops on it rather than retry.
+	ClassDenied
 )
 
 // ClaimParams are the parameters of a claim. The claim stamps
