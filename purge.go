@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -105,7 +106,13 @@ func (c *Client[TTx]) rest(ctx context.Context, worked time.Duration) error {
 // Config.CleanerInterval, starting at once, until ctx is done. It is opt-in:
 // run it in a goroutine of every process if you like, since a store-wide lock
 // lets only one of them purge at a time and the others skip their turn.
-// Errors are logged and the cleaner keeps going. It returns when ctx is done.
+//
+// When the store refuses the purge for want of a privilege (its role may
+// not DELETE from the inbox: see docs/GRANTS.md), RunCleaner returns an
+// error wrapping ErrPermissionDenied at once, on its first run: a cleaner
+// that cannot clean must not look like one that runs while the inbox grows.
+// Other errors, such as an unreachable store, are logged and the cleaner
+// keeps going. It returns nil when ctx is done.
 func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
 	if c.config.Retention < c.config.ReplayHorizon {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
@@ -125,6 +132,9 @@ func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case errors.Is(err, ErrPermissionDenied):
+			c.logger.ErrorContext(ctx, "inbox: cleaner stopped: the store refused the purge for want of a privilege", "err", err)
+			return fmt.Errorf("inbox: cleaner: %w", err)
 		case err != nil:
 			c.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
 		case !ran:
