@@ -71,9 +71,10 @@ type Decision struct {
 // every failure (Decide) and every success (Succeeded), so that no two
 // adapters decide differently.
 //
-// A store outage (FaultStore, FaultSystemic) is logged once when it begins,
-// at Warn, and once when it ends, at Info, and reported to a
-// BreakerObserver; each failure in between is logged at Debug only.
+// A store outage (FaultStore, FaultSystemic, and claims that time out
+// waiting for a lock, FaultContention) is logged once when it begins, at
+// Warn, and once when it ends, at Info, and reported to a BreakerObserver;
+// each failure in between is logged at Debug only.
 //
 // The streak breaker: when Config.StreakLimit distinct messages in a row
 // fail with the same class of error, the cause is not the messages. The
@@ -156,6 +157,11 @@ func (b *Breaker) Decide(ctx context.Context, msg Message, err error, attempt, m
 		return Decision{Action: ActionDeadLetter, Fault: f, Reason: DeadLetterReason(err)}
 	case FaultStore, FaultSystemic:
 		b.storeFailed(ctx, f, err)
+		return Decision{Action: ActionHold, Fault: f}
+	case FaultContention:
+		if !errors.Is(err, ErrNotAttempted) {
+			b.storeFailed(ctx, f, err)
+		}
 		return Decision{Action: ActionHold, Fault: f}
 	case FaultMessage:
 		if b.streak(ctx, msg.ID, err) {
@@ -264,8 +270,11 @@ func (b *Breaker) storeFailed(ctx context.Context, f Fault, err error) {
 	e := b.event(PauseOutage, f, err)
 	b.mu.Unlock()
 	what := "inbox: the store is unavailable; pausing and trying again, without counting attempts"
-	if f == FaultSystemic {
+	switch f {
+	case FaultSystemic:
 		what = "inbox: the handler reports a dependency unavailable; pausing and trying again, without counting attempts"
+	case FaultContention:
+		what = "inbox: claims time out waiting for a lock (an in-flight delivery of the same message, or a lock on the inbox); trying again, without counting attempts"
 	}
 	b.logger.WarnContext(ctx, what, "consumer", b.consumer, "err", err)
 	b.report(ctx, true, e)

@@ -41,7 +41,7 @@ var (
 	// on the whole inbox table (a migration, VACUUM FULL, LOCK TABLE). It is
 	// retryable: by then the other delivery has usually committed, and the
 	// retry is a Duplicate.
-	ErrLockTimeout = errors.New("inbox: timed out waiting for an in-flight delivery of the same message")
+	ErrLockTimeout = errors.New("inbox: claim timed out waiting for a lock")
 
 	// ErrConflict is returned when a transaction still failed with a
 	// serialization failure or a deadlock after Config.MaxConflictRetries

@@ -133,8 +133,9 @@ type PauseCause int
 
 // The causes of a pause.
 const (
-	// PauseOutage: the store failed (FaultStore), or a handler reported
-	// something every message needs unavailable (FaultSystemic).
+	// PauseOutage: the store failed (FaultStore), claims timed out waiting
+	// for a lock (FaultContention), or a handler reported something every
+	// message needs unavailable (FaultSystemic).
 	PauseOutage PauseCause = iota + 1
 	// PauseStreak: distinct messages in a row failed with the same class
 	// of error, and the streak breaker opened.
@@ -156,8 +157,8 @@ func (c PauseCause) String() string {
 type PauseEvent struct {
 	Consumer string
 	Cause    PauseCause
-	// Fault is FaultStore or FaultSystemic for an outage, FaultMessage for
-	// a streak.
+	// Fault is FaultStore, FaultContention or FaultSystemic for an
+	// outage, FaultMessage for a streak.
 	Fault Fault
 	// Err is the failure that began the outage, or that opened the
 	// breaker (or failed its probe).
