@@ -2,6 +2,7 @@ package testdb
 
 import (
 	"context"
+	"database/sql"
 	neturl "net/url"
 	"testing"
 	"time"
@@ -62,3 +63,42 @@ func Exec(t testing.TB, stmts ...string) {
 
 // QuoteIdent quotes a Postgres identifier.
 func QuoteIdent(name string) string { return quoteIdent(name) }
+
+// Database creates a database with a random name on the test server for t
+// and its subtests, and returns its name, a URL that names it (as the
+// superuser) and a small database/sql pool on it, as the superuser. CONNECT
+// on it is revoked from PUBLIC, so that a role connects only when a test
+// grants it CONNECT, and a test can revoke that again without touching
+// any other role or database. When t ends, the pool is closed and the
+// database dropped, with any session still on it.
+func Database(t testing.TB) (string, string, *sql.DB) {
+	t.Helper()
+	admin := adminDB(t)
+	name := "inbox_test_db_" + RandomSuffix()
+	ctx := context.Background()
+	if _, err := admin.ExecContext(ctx, `CREATE DATABASE `+quoteIdent(name)); err != nil {
+		t.Fatalf("create database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, `DROP DATABASE `+quoteIdent(name)+` WITH (FORCE)`); err != nil {
+			t.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	if _, err := admin.ExecContext(ctx, `REVOKE CONNECT ON DATABASE `+quoteIdent(name)+` FROM PUBLIC`); err != nil {
+		t.Fatalf("revoke CONNECT on %s from PUBLIC: %v", name, err)
+	}
+	u, err := neturl.Parse(URL(t))
+	if err != nil {
+		t.Fatalf("test server URL: %v", err)
+	}
+	u.Path = "/" + name
+	db, err := sql.Open(PostgresDriver, u.String())
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	db.SetMaxOpenConns(4)
+	t.Cleanup(func() { db.Close() })
+	return name, u.String(), db
+}
