@@ -17,9 +17,9 @@ const maxStreakPauseDoublings = 4
 
 // outageQuiet is how long the store must go without failing, at a success,
 // for an outage to be over: while some deliveries still fail (one session
-// left alive, a partition whose backoff has not run out), successes do not
-// end it, so it is logged once.
-const outageQuiet = time.Second
+// left alive, sessions ended again and again, a partition whose backoff has
+// not run out), successes do not end it, so it is logged once.
+const outageQuiet = 5 * time.Second
 
 // Action is what a transport adapter does with a message that failed, as a
 // Breaker decides it.
@@ -177,7 +177,7 @@ func (b *Breaker) Decide(ctx context.Context, msg Message, err error, attempt, m
 
 // Succeeded tells the breaker that a message of the consumer was applied
 // or found a duplicate: it ends a streak, closes the breaker, and ends an
-// outage once the store has not failed for a second.
+// outage once the store has not failed for five seconds.
 func (b *Breaker) Succeeded(ctx context.Context) {
 	b.mu.Lock()
 	var events []func()
