@@ -20,7 +20,7 @@ import (
 func TestEffectsTextIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, schema := newDriver(t, inboxdriver.Tables{IDType: inboxdriver.IDTypeText, Effects: "ledger"})
+	d, _ := newDriver(t, inboxdriver.Tables{IDType: inboxdriver.IDTypeText, Effects: "ledger"})
 	c, err := inbox.NewClient(d, &inbox.Config{IDFormat: inbox.IDFormatULID, ReplayHorizon: time.Hour})
 	require.NoError(t, err)
 	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
@@ -44,7 +44,7 @@ func TestEffectsTextIDs(t *testing.T) {
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))
 	require.Equal(t, 2, calls)
 
-	require.NoError(t, age(ctx, d.Pool(), schema, "billing", []string{id}, 48*time.Hour))
+	require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", nil, 48*time.Hour))
 	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)

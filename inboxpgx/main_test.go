@@ -3,7 +3,6 @@ package inboxpgx_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,19 +57,7 @@ func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
 			return n, err
 		},
 		WaitingClaims: func(ctx context.Context) (int, error) { return waitingClaims(ctx, pool, schema) },
-		Age: func(ctx context.Context, consumer string, ids []string, by time.Duration) error {
-			return age(ctx, pool, schema, consumer, ids, by)
-		},
 	}
-}
-
-// age moves the processed_at of consumer's rows of ids in schema's inbox
-// back by d: the store stamps the database's clock, which tests cannot move.
-func age(ctx context.Context, pool *pgxpool.Pool, schema, consumer string, ids []string, d time.Duration) error {
-	_, err := pool.Exec(ctx, `UPDATE `+pgx.Identifier{schema, "inbox"}.Sanitize()+`
-   SET processed_at = processed_at - $3::bigint * interval '1 microsecond'
- WHERE consumer_name = $1 AND message_id::text = ANY ($2)`, consumer, ids, d.Microseconds())
-	return err
 }
 
 // waitingClaims counts the claims into schema's tables that wait for a lock.

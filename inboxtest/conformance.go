@@ -30,10 +30,11 @@ type Store[TTx any] struct {
 	// waiting for a lock. It lets the suite check that a concurrent
 	// duplicate really waited behind the first delivery.
 	WaitingClaims func(ctx context.Context) (int, error)
-	// Age moves the processed_at of consumer's inbox rows of ids back by
-	// d, as if they had been processed d earlier. The store stamps
+	// Age, if set, moves the processed_at of consumer's inbox rows of ids
+	// back by d, as if they had been processed d earlier. The store stamps
 	// processed_at with the database's clock, which no client setting
-	// moves, so the purge cases age rows this way. Required.
+	// moves, so the purge cases age rows this way. Defaults to AgeRows
+	// over Driver.
 	Age func(ctx context.Context, consumer string, ids []string, d time.Duration) error
 }
 
@@ -94,10 +95,13 @@ func (x *suite[TTx]) requireEffects(consumer, id string, want int) {
 // age ages consumer's rows of ids by d with the store's Age.
 func (x *suite[TTx]) age(consumer string, ids []string, d time.Duration) {
 	x.t.Helper()
-	if x.s.Age == nil {
-		x.t.Fatal("inboxtest.Store.Age is required: the purge cases age rows with it")
+	age := x.s.Age
+	if age == nil {
+		age = func(ctx context.Context, consumer string, ids []string, d time.Duration) error {
+			return AgeRows(ctx, x.s.Driver, consumer, ids, d)
+		}
 	}
-	if err := x.s.Age(context.Background(), consumer, ids, d); err != nil {
+	if err := age(context.Background(), consumer, ids, d); err != nil {
 		x.t.Fatalf("age %s rows by %v: %v", consumer, d, err)
 	}
 }

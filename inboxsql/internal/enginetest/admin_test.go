@@ -229,7 +229,7 @@ func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 		n, err := dd.PurgeCount(ctx, &inboxdriver.PurgeParams{OlderThan: time.Hour, Consumer: consumer})
 		require.NoError(t, err)
 		require.Equal(t, int64(0), n, params)
-		require.NoError(t, e.age(ctx, dd, consumer, []string{id}, 2*time.Hour))
+		require.NoError(t, inboxtest.AgeRows(ctx, dd, consumer, []string{id}, 2*time.Hour))
 		n, err = dd.PurgeCount(ctx, &inboxdriver.PurgeParams{OlderThan: time.Hour, Consumer: consumer})
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, params)

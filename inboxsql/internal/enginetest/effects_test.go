@@ -204,7 +204,7 @@ func TestEffectsPurgeAndForget(t *testing.T) {
 			for _, id := range oldIDs {
 				apply(id)
 			}
-			require.NoError(t, e.age(ctx, d, "billing", oldIDs, 48*time.Hour))
+			require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", oldIDs, 48*time.Hour))
 			orphan := inboxtest.NewID() // a call recorded, its message never applied
 			_, err = c.Effect(bctx, message(orphan), "capture", p.call, nil)
 			require.NoError(t, err)
@@ -267,7 +267,7 @@ func TestEffectsPurgeLargeBatch(t *testing.T) {
 			require.NoError(t, err)
 			require.NotContains(t, claimed, false)
 			require.NoError(t, d.Commit(ctx, tx))
-			require.NoError(t, e.age(ctx, d, "billing", ids, 48*time.Hour))
+			require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", ids, 48*time.Hour))
 			for _, id := range ids {
 				_, started, err := d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
 					EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: "capture"}, Now: old})

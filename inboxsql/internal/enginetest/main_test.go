@@ -214,29 +214,6 @@ func migrate(t *testing.T, db *sql.DB, dialect inboxsql.Dialect, tables inboxdri
 	require.NoError(t, err)
 }
 
-// age moves the processed_at of consumer's inbox rows of ids back by by:
-// the store stamps the database's clock, which tests cannot move.
-func (e engine) age(ctx context.Context, d *inboxsql.Driver, consumer string, ids []string, by time.Duration) error {
-	t := d.Tables()
-	inbox := t.Qualify(d.Dialect(), t.Inbox)
-	var set string
-	switch e.dialect {
-	case inboxsql.Postgres:
-		set = `processed_at - $1::bigint * interval '1 microsecond'`
-	case inboxsql.SQLite:
-		set = `processed_at - ?`
-	default:
-		set = `processed_at - INTERVAL ? MICROSECOND`
-	}
-	for _, id := range ids {
-		if _, err := d.DB().ExecContext(ctx, `UPDATE `+inbox+` SET processed_at = `+set+
-			` WHERE consumer_name = `+e.ph(2)+` AND message_id = `+e.ph(3), by.Microseconds(), consumer, id); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // ph is the dialect's n-th placeholder.
 func (e engine) ph(n int) string {
 	if e.dialect == inboxsql.Postgres {
@@ -278,9 +255,6 @@ func (e engine) newStore(t *testing.T) *inboxtest.Store[*sql.Tx] {
 			err := db.QueryRowContext(ctx, `SELECT count(*) FROM `+effects+` WHERE consumer = `+e.ph(1)+` AND message_id = `+e.ph(2), consumer, id).Scan(&n)
 			return n, err
 		},
-	}
-	s.Age = func(ctx context.Context, consumer string, ids []string, by time.Duration) error {
-		return e.age(ctx, d, consumer, ids, by)
 	}
 	if e.waiting != nil {
 		s.WaitingClaims = e.waiting(t, db, tables)
