@@ -2,11 +2,14 @@
 // consumer subprocesses that share one consumer group, produces events to
 // them (some twice, on purpose), kills the consumers with SIGKILL at the
 // fault points compiled into the real code path and at random times,
-// restarts them, terminates their database connections, and injects broker
-// errors where the transport allows. When the producer is done and the
-// consumers have drained, it checks that every event was applied exactly
-// once, that no event was lost, that every balance equals its expected sum,
-// and that the inbox holds exactly the distinct events.
+// restarts them, terminates their database connections, injects database
+// faults (a revoked grant, a read-only database) under a role of their
+// own, and injects broker errors where the transport allows. When the
+// producer is done and the consumers have drained, it checks that every
+// event was applied exactly once, that no event was lost, that every
+// balance equals its expected sum, that the inbox holds exactly the
+// distinct events, and that no event was dead-lettered: every one is
+// healthy.
 package chaos
 
 import (
@@ -18,6 +21,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/txinbox/inbox/internal/dbfault"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -77,6 +81,16 @@ type Config struct {
 	// one round trip, instead of a HandlerFunc that runs its statements on
 	// the transaction. It does not combine with ControlNoSkip.
 	Pipelined bool
+	// DBFaults are the database faults injected during the run, one at a
+	// time and in turn (see package internal/dbfault), while the consumers
+	// log in as a role of their own that the faults act on; it needs a
+	// superuser in DatabaseURL. An empty, non-nil list injects none.
+	// Defaults to DefaultDBFaults.
+	DBFaults []dbfault.Kind
+	// dbFaultsByDefault records that DBFaults took its default: then a
+	// database user that cannot create the consumers' role skips them,
+	// with a note in the log, rather than fail the run.
+	dbFaultsByDefault bool
 	// ControlNoSkip breaks the consumers on purpose: their store reports
 	// every claim as new. It is the negative control that shows the check
 	// catches double applications; a run with it must not be OK.
@@ -96,7 +110,12 @@ type Result struct {
 	DuplicatesSkipped   int    `json:"duplicates_skipped"`
 	DoubleApplied       int    `json:"double_applied"`
 	Lost                int    `json:"lost"`
-	OK                  bool   `json:"ok"`
+	// DBFaults counts the database faults injected, by kind.
+	DBFaults map[string]int `json:"db_faults"`
+	// DeadLetteredHealthy counts the events dead-lettered: every event of
+	// a run is healthy, so any is a misjudged failure.
+	DeadLetteredHealthy int  `json:"dead_lettered_healthy"`
+	OK                  bool `json:"ok"`
 
 	// Details, not part of the JSON contract.
 	KillsAt       map[string]int `json:"-"`
@@ -145,6 +164,10 @@ func (c *Config) withDefaults() Config {
 	if out.Log == nil {
 		out.Log = io.Discard
 	}
+	if out.DBFaults == nil {
+		out.DBFaults = DefaultDBFaults
+		out.dbFaultsByDefault = true
+	}
 	return out
 }
 
@@ -164,6 +187,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: duration %v: want 5s to 24h", c.Duration)
 	case c.Command == nil:
 		return errors.New("chaos: Config.Command is nil")
+	}
+	for _, k := range c.DBFaults {
+		if _, err := dbfault.ParseKinds(string(k)); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
 	}
 	return nil
 }
@@ -216,6 +244,19 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if err := st.setup(ctx, cfg.Accounts); err != nil {
 		return nil, err
 	}
+	pg, _ := st.(*pgStore)
+	if len(cfg.DBFaults) > 0 {
+		if pg == nil {
+			return nil, fmt.Errorf("chaos: database faults need Postgres, not %s", st.kind())
+		}
+		switch err := pg.consumerRole(ctx); {
+		case errors.Is(err, errNotSuperuser) && cfg.dbFaultsByDefault:
+			fmt.Fprintf(cfg.Log, "chaos: no database faults: %v\n", err)
+			cfg.DBFaults = nil
+		case err != nil:
+			return nil, err
+		}
+	}
 	tr, err := newTransport(ctx, &cfg)
 	if err != nil {
 		return nil, err
@@ -223,7 +264,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	defer tr.close()
 
 	events := makeEvents(&cfg, r)
-	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{}}
+	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{}, DBFaults: map[string]int{}}
 	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
 		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
 
@@ -238,6 +279,13 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
+	// The database faults go on beside the kills, for the same time.
+	dbFaultsDone := make(chan struct{})
+	dbFaultSeed := r.Uint64()
+	go func() {
+		defer close(dbFaultsDone)
+		injectDBFaults(chaosCtx, &cfg, pg, rand.New(rand.NewPCG(dbFaultSeed, dbFaultSeed^0x9e3779b97f4a7c15)), sup.count)
+	}()
 	// Faults go on for the whole duration, including after the last event
 	// is produced: the consumers then drain under fire. Only a failed
 	// producer ends the phase early.
@@ -256,10 +304,11 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if producing {
 		produceErr = <-produced
 	}
+	endChaos()
+	<-dbFaultsDone // every fault restored
 	if produceErr != nil {
 		return nil, fmt.Errorf("chaos: produce: %w", produceErr)
 	}
-	endChaos()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -275,6 +324,6 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 	res.Elapsed = time.Since(start)
 	res.OK = res.DoubleApplied == 0 && res.Lost == 0 && res.BalancesWrong == 0 &&
-		res.InboxRows == res.Events && len(res.Problems) == 0
+		res.InboxRows == res.Events && res.DeadLetteredHealthy == 0 && len(res.Problems) == 0
 	return res, nil
 }

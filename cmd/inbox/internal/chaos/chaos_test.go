@@ -71,6 +71,12 @@ func requireExactlyOnce(t *testing.T, res *Result) {
 	require.Zero(t, res.BalancesWrong)
 	require.Equal(t, res.Events, res.InboxRows)
 	require.GreaterOrEqual(t, res.Kills, 5)
+	require.Zero(t, res.DeadLetteredHealthy, "healthy events dead-lettered")
+	injected := 0
+	for _, n := range res.DBFaults {
+		injected += n
+	}
+	require.Positive(t, injected, "the run must inject database faults: %v", res.DBFaults)
 	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
 }
 

@@ -45,6 +45,9 @@ type pgStore struct {
 	url    string
 	pool   *pgxpool.Pool
 	schema string
+	// With database faults, the consumers log in as role, through
+	// consumerURL, to database (see consumerRole).
+	role, consumerURL, database string
 }
 
 // appName tags the consumers' connections, so that the coordinator
@@ -92,7 +95,11 @@ INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+fmt.Sprint(
 }
 
 func (s *pgStore) consumerArgs() []string {
-	return []string{"--database-url", s.url, "--schema", s.schema}
+	url := s.url
+	if s.consumerURL != "" {
+		url = s.consumerURL
+	}
+	return []string{"--database-url", url, "--schema", s.schema}
 }
 
 func (s *pgStore) drained(ctx context.Context, n int) bool {
@@ -162,12 +169,17 @@ func (s *pgStore) check(ctx context.Context, events []event, res *Result) error 
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.table("inbox")+` WHERE consumer_name = $1`, DefaultConsumerName).Scan(&res.InboxRows); err != nil {
 		return err
 	}
+	// Every event of a run is healthy: a dead letter is one too many.
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.table("inbox_dead_letters")).Scan(&res.DeadLetteredHealthy); err != nil {
+		return err
+	}
 	tally(events, applied, balances, res)
 	return nil
 }
 
 func (s *pgStore) close() {
 	_, _ = s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`)
+	s.dropRole(context.Background())
 	s.pool.Close()
 }
 
