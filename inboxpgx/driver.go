@@ -27,6 +27,12 @@
 // wait is bounded by the client's LockTimeout, after which the claim fails
 // with inbox.ErrLockTimeout.
 //
+// # Grants
+//
+// A consumer's role needs SELECT and INSERT on the inbox, and SELECT,
+// INSERT and UPDATE of four columns on the dead letters; a cleaner's needs
+// DELETE: docs/GRANTS.md lists each role's grants, and why.
+//
 // # Effects ledger
 //
 // The driver keeps the ledger of remote side effects (inbox.Client.Effect)
