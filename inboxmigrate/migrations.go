@@ -234,6 +234,48 @@ var migrations = []migration{
 			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Effects)}
 		},
 	},
+	{
+		// The takeover ledger: per consumer and source (a Kafka partition),
+		// the position of the first message after the last takeover, and
+		// how many takeovers in a row found it first. One row per source;
+		// written once per takeover, never per message.
+		version: 4,
+		name:    "takeovers",
+		up: func(s *schema) []string {
+			tk := s.table(s.t.Takeovers)
+			switch s.d {
+			case inboxdriver.DialectPostgres:
+				return []string{`CREATE TABLE IF NOT EXISTS ` + tk + ` (
+    consumer_name text COLLATE "C" NOT NULL,
+    source        text COLLATE "C" NOT NULL,
+    position      bigint      NOT NULL,
+    takeovers     integer     NOT NULL,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer_name, source)
+)`}
+			case inboxdriver.DialectMySQL:
+				return []string{`CREATE TABLE IF NOT EXISTS ` + tk + ` (
+    consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    source        VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    position      BIGINT      NOT NULL,
+    takeovers     INT         NOT NULL,
+    updated_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (consumer_name, source)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`}
+			default:
+				return []string{`CREATE TABLE IF NOT EXISTS ` + tk + ` (
+    consumer_name TEXT    NOT NULL,
+    source        TEXT    NOT NULL,
+    position      INTEGER NOT NULL,
+    takeovers     INTEGER NOT NULL,
+    PRIMARY KEY (consumer_name, source)
+) WITHOUT ROWID`}
+			}
+		},
+		down: func(s *schema) []string {
+			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Takeovers)}
+		},
+	},
 }
 
 // versionTable renders the statements that create the table of applied
