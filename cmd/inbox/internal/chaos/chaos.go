@@ -150,8 +150,8 @@ func (c *Config) withDefaults() Config {
 
 func (c *Config) validate() error {
 	switch {
-	case c.Transport != "kafka" && c.Transport != "sqs":
-		return fmt.Errorf("chaos: transport %q: want kafka or sqs", c.Transport)
+	case c.Transport != "kafka" && c.Transport != "sqs" && c.Transport != "nats" && c.Transport != "rabbitmq":
+		return fmt.Errorf("chaos: transport %q: want kafka, sqs, nats or rabbitmq", c.Transport)
 	case c.Consumers < 1 || c.Consumers > 16:
 		return fmt.Errorf("chaos: consumers %d: want 1 to 16", c.Consumers)
 	case c.Events < 1 || c.Events > 1_000_000:

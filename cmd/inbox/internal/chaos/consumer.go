@@ -174,6 +174,10 @@ func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.C
 		return runKafkaConsumer(ctx, f, client, h)
 	case "sqs":
 		return runSQSConsumer(ctx, f, client, h)
+	case "nats":
+		return runNATSConsumer(ctx, f, client, h)
+	case "rabbitmq":
+		return runRabbitConsumer(ctx, f, client, h)
 	default:
 		return fmt.Errorf("chaos-consumer: transport %q is not available", f.transport)
 	}

@@ -27,6 +27,10 @@ func newTransport(ctx context.Context, cfg *Config) (transport, error) {
 		return newKafka(ctx, cfg)
 	case "sqs":
 		return newSQS(ctx, cfg)
+	case "nats":
+		return newNATS(ctx, cfg)
+	case "rabbitmq":
+		return newRabbit(ctx, cfg)
 	default:
 		return nil, fmt.Errorf("chaos: transport %q is not available", cfg.Transport)
 	}
