@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -144,4 +145,22 @@ func TestChaosKafkaPipelined(t *testing.T) {
 func TestChaosKafka(t *testing.T) {
 	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500})
 	requireExactlyOnce(t, res)
+}
+
+func TestAccountsOf(t *testing.T) {
+	t.Parallel()
+	msg := func(body string) inbox.Message { return inbox.Message{Payload: []byte(body)} }
+	for _, tc := range []struct {
+		name string
+		msgs []inbox.Message
+		want []int
+	}{
+		{"none", nil, []int{}},
+		{"sorted and distinct", []inbox.Message{msg(`{"account":7}`), msg(`{"account":3}`), msg(`{"account":7}`), msg(`{"account":1}`)}, []int{1, 3, 7}},
+		{"unparsable payloads are left to the handler", []inbox.Message{msg(`{"account":2}`), msg(`not json`)}, []int{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, accountsOf(tc.msgs))
+		})
+	}
 }
