@@ -227,7 +227,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
 		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
 
-	sup := newSupervisor(&cfg, st, tr, res)
+	sup := newSupervisor(&cfg, consumerArgs(&cfg, st, tr), res)
 	defer sup.stopAll()
 	if err := sup.startAll(ctx); err != nil {
 		return nil, err
@@ -243,7 +243,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	// producer ends the phase early.
 	var produceErr error
 	producing := true
-	sup.chaos(chaosCtx, r, func() bool {
+	sup.chaos(chaosCtx, r, st, tr, func() bool {
 		if producing {
 			select {
 			case produceErr = <-produced:
@@ -266,7 +266,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 
 	// Drain without faults, bounded.
 	fmt.Fprintf(cfg.Log, "chaos: draining without faults\n")
-	if err := sup.drain(ctx, cfg.Duration, func() bool { return st.drained(ctx, len(events)) }); err != nil {
+	if err := sup.drain(ctx, cfg.Duration, func(ctx context.Context) bool { return st.drained(ctx, len(events)) }); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
 	sup.stopAll()
@@ -277,4 +277,18 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	res.OK = res.DoubleApplied == 0 && res.Lost == 0 && res.BalancesWrong == 0 &&
 		res.InboxRows == res.Events && len(res.Problems) == 0
 	return res, nil
+}
+
+// consumerArgs are the arguments every consumer process runs with, after
+// its --slot.
+func consumerArgs(cfg *Config, st store, tr transport) []string {
+	args := append([]string{"--consumer", DefaultConsumerName}, st.consumerArgs()...)
+	args = append(args, tr.consumerArgs()...)
+	if cfg.ControlNoSkip {
+		args = append(args, "--control-no-skip")
+	}
+	if cfg.Pipelined {
+		args = append(args, "--pipelined")
+	}
+	return args
 }

@@ -19,8 +19,12 @@ import (
 
 // The chaos tests start consumers by running this test binary again with
 // INBOX_CHAOS_CONSUMER set: TestMain then runs one consumer instead of the
-// tests.
+// tests. INBOX_CHAOS_IDLE runs a stand-in consumer instead (runIdle).
 func TestMain(m *testing.M) {
+	if mode := os.Getenv("INBOX_CHAOS_IDLE"); mode != "" {
+		runIdle(mode)
+		os.Exit(0)
+	}
 	if os.Getenv("INBOX_CHAOS_CONSUMER") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		err := RunConsumer(ctx, os.Args[1:], os.Stdout, os.Stderr)
