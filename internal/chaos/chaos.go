@@ -60,8 +60,10 @@ type Config struct {
 	Duplicates float64
 	// Duration is how long faults are injected: the events are produced
 	// over its first four fifths, and the consumers drain under fire for the
-	// rest. The drain without faults that follows is bounded by it too.
-	// Defaults to DefaultDuration.
+	// rest. The drain without faults that follows is bounded by it too, or
+	// by what the transport needs to deliver again the messages that killed
+	// consumers held, if that is longer (see drainTimeout). Defaults to
+	// DefaultDuration.
 	Duration time.Duration
 	// Seed makes the event set and the fault schedule repeatable. Zero
 	// picks one.
@@ -232,9 +234,14 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if err := sup.startAll(ctx); err != nil {
 		return nil, err
 	}
+	drainFor := drainTimeout(&cfg, tr)
+	// The producer is done by four fifths of the duration unless sends
+	// are very slow; it is given up on after a drain's time more.
+	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration+drainFor)
+	defer stopProducing()
 	produced := make(chan error, 1)
 	produceSeed := r.Uint64()
-	go func() { produced <- produce(ctx, tr, events, cfg.Duration*4/5, produceSeed) }()
+	go func() { produced <- produce(produceCtx, tr, events, cfg.Duration*4/5, produceSeed) }()
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
@@ -265,8 +272,18 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 
 	// Drain without faults, bounded.
-	fmt.Fprintf(cfg.Log, "chaos: draining without faults\n")
-	if err := sup.drain(ctx, cfg.Duration, func(ctx context.Context) bool { return st.drained(ctx, len(events)) }); err != nil {
+	fmt.Fprintf(cfg.Log, "chaos: draining without faults, %v at most\n", drainFor)
+	tr.calm()
+	progress := time.Now()
+	drained := func(ctx context.Context) bool {
+		n, err := st.applied(ctx)
+		if time.Since(progress) >= 2*time.Second {
+			progress = time.Now()
+			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied\n", n, len(events))
+		}
+		return err == nil && n >= len(events)
+	}
+	if err := sup.drain(ctx, drainFor, drained); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
 	sup.stopAll()
@@ -291,4 +308,19 @@ func consumerArgs(cfg *Config, st store, tr transport) []string {
 		args = append(args, "--pipelined")
 	}
 	return args
+}
+
+// drainRedeliveries is how many of the transport's longest redeliveries
+// the drain without faults allows at least: a message that a consumer
+// killed at the end of the chaos held comes back after one, and may be
+// handed back once or twice more (a claim that waited behind a concurrent
+// delivery of the same event, a rebalance) before it is applied.
+const drainRedeliveries = 3
+
+// drainTimeout bounds the drain without faults: the run's duration, or
+// drainRedeliveries times what bounds redelivery on the transport, if that
+// is longer. It is what the proof waits for before it counts an event as
+// lost, so it must let every message that a killed consumer held come back.
+func drainTimeout(cfg *Config, tr transport) time.Duration {
+	return max(cfg.Duration, drainRedeliveries*tr.redelivery())
 }

@@ -168,3 +168,21 @@ func TestAccountsOf(t *testing.T) {
 		})
 	}
 }
+
+// The drain lasts the run's duration, and never less than the transport
+// needs to deliver again what killed consumers held.
+func TestDrainTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tr       transport
+		duration time.Duration
+		want     time.Duration
+	}{
+		{&sqsTransport{}, 20 * time.Second, 20 * time.Second},
+		{&sqsTransport{}, 5 * time.Second, drainRedeliveries * (sqsVisibility + sqsWait)},
+		{&kafkaTransport{}, 5 * time.Second, drainRedeliveries * (kafkaSession + kafkaRebalanceTimeout)},
+		{&kafkaTransport{}, time.Minute, time.Minute},
+	} {
+		require.Equal(t, tc.want, drainTimeout(&Config{Duration: tc.duration}, tc.tr), "%T, %v", tc.tr, tc.duration)
+	}
+}

@@ -21,7 +21,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	sqsEndpoint := fs.String("sqs-endpoint", "", "a real SQS endpoint URL")
 	databaseURL := fs.String("database-url", "", "the store: postgres://… (default: $DATABASE_URL, then the local test server)")
 	duration := durationFlag{d: chaos.DefaultDuration}
-	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same (default 1m0s)")
+	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same, or by what redelivery needs if longer (default 1m0s)")
 	events := fs.Int("events", chaos.DefaultEvents, "distinct events to produce")
 	consumers := fs.Int("consumers", chaos.DefaultConsumers, "consumer processes in the group")
 	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
