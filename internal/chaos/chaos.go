@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/txinbox/inbox/internal/fault"
@@ -99,6 +100,10 @@ type Result struct {
 	DoubleApplied       int    `json:"double_applied"`
 	Lost                int    `json:"lost"`
 	OK                  bool   `json:"ok"`
+	// Seed replays the run's events and fault schedule (Config.Seed).
+	Seed uint64 `json:"seed"`
+	// Reason says why a run is not OK, in one line; empty when it is.
+	Reason string `json:"reason,omitempty"`
 
 	// Details, not part of the JSON contract.
 	KillsAt       map[string]int `json:"-"`
@@ -107,7 +112,6 @@ type Result struct {
 	InboxRows     int            `json:"-"`
 	Problems      []string       `json:"-"`
 	Elapsed       time.Duration  `json:"-"`
-	Seed          uint64         `json:"-"`
 }
 
 // event is one produced event.
@@ -291,8 +295,8 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		return nil, err
 	}
 	res.Elapsed = time.Since(start)
-	res.OK = res.DoubleApplied == 0 && res.Lost == 0 && res.BalancesWrong == 0 &&
-		res.InboxRows == res.Events && len(res.Problems) == 0
+	res.Reason = res.failure()
+	res.OK = res.Reason == ""
 	return res, nil
 }
 
@@ -323,4 +327,30 @@ const drainRedeliveries = 3
 // lost, so it must let every message that a killed consumer held come back.
 func drainTimeout(cfg *Config, tr transport) time.Duration {
 	return max(cfg.Duration, drainRedeliveries*tr.redelivery())
+}
+
+// failure says, in one line, why res is not OK; it is empty when res is.
+func (res *Result) failure() string {
+	var parts []string
+	const shown = 3
+	for i, p := range res.Problems {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("%d more problems", len(res.Problems)-shown))
+			break
+		}
+		parts = append(parts, p)
+	}
+	if res.DoubleApplied > 0 {
+		parts = append(parts, fmt.Sprintf("%d double applications", res.DoubleApplied))
+	}
+	if res.Lost > 0 {
+		parts = append(parts, fmt.Sprintf("%d events lost", res.Lost))
+	}
+	if res.BalancesWrong > 0 {
+		parts = append(parts, fmt.Sprintf("%d balances wrong", res.BalancesWrong))
+	}
+	if res.InboxRows != res.Events {
+		parts = append(parts, fmt.Sprintf("the inbox holds %d rows for %d events", res.InboxRows, res.Events))
+	}
+	return strings.Join(parts, "; ")
 }

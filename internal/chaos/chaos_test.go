@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -185,4 +186,42 @@ func TestDrainTimeout(t *testing.T) {
 	} {
 		require.Equal(t, tc.want, drainTimeout(&Config{Duration: tc.duration}, tc.tr), "%T, %v", tc.tr, tc.duration)
 	}
+}
+
+// The JSON form of a Result is the contract of 'inbox chaos --json': these
+// names do not change, and a failed run says how to replay it and why.
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+	failed := &Result{Transport: "sqs", Store: "postgres", Events: 10, InboxRows: 8, Lost: 2, BalancesWrong: 1, Seed: 303,
+		Problems: []string{"consumers did not drain within 20s"}}
+	failed.Reason = failed.failure()
+	failed.OK = failed.Reason == ""
+	b, err := json.Marshal(failed)
+	require.NoError(t, err)
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal(b, &fields))
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	require.ElementsMatch(t, []string{
+		"transport", "store", "events", "kills", "restarts", "db_kills", "duplicates_delivered",
+		"duplicates_skipped", "double_applied", "lost", "ok", "seed", "reason",
+	}, names)
+	require.Equal(t, false, fields["ok"])
+	require.Equal(t, float64(303), fields["seed"])
+	require.Equal(t, "consumers did not drain within 20s; 2 events lost; 1 balances wrong; the inbox holds 8 rows for 10 events", fields["reason"])
+
+	ok := &Result{Events: 10, InboxRows: 10, Seed: 1}
+	require.Empty(t, ok.failure())
+	b, err = json.Marshal(ok)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), `"reason"`, "an OK run has no reason")
+	require.Contains(t, string(b), `"seed":1`)
+}
+
+func TestResultFailureShowsFewProblems(t *testing.T) {
+	t.Parallel()
+	res := &Result{Events: 1, InboxRows: 1, Problems: []string{"a", "b", "c", "d", "e"}}
+	require.Equal(t, "a; b; c; 2 more problems", res.failure())
 }
