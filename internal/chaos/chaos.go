@@ -280,6 +280,8 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	tr.calm()
 	progress := time.Now()
 	drained := func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
 		n, err := st.applied(ctx)
 		if time.Since(progress) >= 2*time.Second {
 			progress = time.Now()

@@ -304,43 +304,45 @@ func (s *supervisor) killRandom(r *rand.Rand) {
 }
 
 // drain replaces every consumer with one that runs without faults, then
-// waits until done() reports the work finished. The whole of it, the
-// replacements included, takes at most d, and a little more for a consumer
-// that has to be killed.
+// waits until done() reports the work finished, for d at most. The
+// replacements take stopGrace and killWait at most, all at once, before
+// the wait begins.
 func (s *supervisor) drain(ctx context.Context, d time.Duration, done func(ctx context.Context) bool) error {
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
-	deadline, _ := ctx.Deadline()
 	s.mu.Lock()
 	s.faults = false
 	s.mu.Unlock()
 	// Replace the processes that run with faults armed. They are asked to
 	// stop, so that they commit and leave the group rather than leave
 	// dead members behind for the group to wait for; these are not chaos
-	// kills, so they are not counted.
+	// kills, so they are not counted. A Kafka consumer may take seconds
+	// to leave, if it is in the middle of joining: they leave together.
+	var wg sync.WaitGroup
+	errs := make([]error, len(s.procs))
 	for i := range s.procs {
-		if err := s.replace(ctx, i, deadline); err != nil {
-			return err
-		}
+		wg.Go(func() { errs[i] = s.replace(ctx, i) })
 	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(d)
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
 	for !done(ctx) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("consumers did not drain within %v", d)
+		}
 		select {
 		case <-ctx.Done():
-			if err := context.Cause(ctx); !errors.Is(err, context.DeadlineExceeded) {
-				return err
-			}
-			return fmt.Errorf("consumers did not drain within %v", d)
+			return ctx.Err()
 		case <-tick.C:
 		}
 	}
 	return nil
 }
 
-// replace stops the process of slot i, waiting for it until deadline at
-// the latest, and starts another in its place.
-func (s *supervisor) replace(ctx context.Context, i int, deadline time.Time) error {
+// replace stops the process of slot i and starts another in its place.
+func (s *supervisor) replace(ctx context.Context, i int) error {
 	s.slotMu[i].Lock()
 	defer s.slotMu[i].Unlock()
 	s.mu.Lock()
@@ -350,10 +352,11 @@ func (s *supervisor) replace(ctx context.Context, i int, deadline time.Time) err
 	}
 	s.mu.Unlock()
 	if p != nil {
-		grace := min(s.stopGrace, time.Until(deadline))
-		if err := stopProc(p, grace); err != nil {
+		start := time.Now()
+		if err := stopProc(p, s.stopGrace); err != nil {
 			s.count(func(r *Result) { r.Problems = append(r.Problems, err.Error()) })
 		}
+		fmt.Fprintf(s.cfg.Log, "chaos: consumer %d stopped in %v\n", i, time.Since(start).Round(time.Millisecond))
 	}
 	_, err := s.start(ctx, i)
 	return err
