@@ -283,7 +283,10 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		n, err := st.applied(ctx)
-		if time.Since(progress) >= 2*time.Second {
+		switch {
+		case err != nil:
+			fmt.Fprintf(cfg.Log, "chaos: count the events applied: %v\n", err)
+		case time.Since(progress) >= 2*time.Second:
 			progress = time.Now()
 			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied\n", n, len(events))
 		}

@@ -149,6 +149,7 @@ func (s *supervisor) liveProcs() []*proc {
 // the drain replaces it: the slot must end up with one process, not two of
 // which stopAll knows one.
 func TestSupervisorRestartRacesDrain(t *testing.T) {
+	t.Parallel()
 	s, dir := idleSupervisor(t, 2, idleTerm)
 	ctx := context.Background()
 	require.NoError(t, s.startAll(ctx))
@@ -179,6 +180,7 @@ func TestSupervisorRestartRacesDrain(t *testing.T) {
 
 // A consumer that ignores the request to stop is killed after the grace.
 func TestSupervisorStopAllKillsWhatIgnoresStop(t *testing.T) {
+	t.Parallel()
 	s, dir := idleSupervisor(t, 2, idleIgnoreTerm)
 	s.stopGrace = 100 * time.Millisecond
 	require.NoError(t, s.startAll(context.Background()))
@@ -193,6 +195,7 @@ func TestSupervisorStopAllKillsWhatIgnoresStop(t *testing.T) {
 // A process that a consumer started may hold its stdout and stderr after
 // it exits: the consumer is reaped all the same.
 func TestSupervisorStopAllWhilePipesAreHeld(t *testing.T) {
+	t.Parallel()
 	s, dir := idleSupervisor(t, 1, idleHoldPipes)
 	require.NoError(t, s.startAll(context.Background()))
 	waitFor(t, "the consumer and its child to start", func() bool {
@@ -211,6 +214,7 @@ func TestSupervisorStopAllWhilePipesAreHeld(t *testing.T) {
 // The drain ends at its deadline with a problem when the work never
 // finishes, and the consumers that do not stop when asked are killed.
 func TestSupervisorDrainIsBounded(t *testing.T) {
+	t.Parallel()
 	s, dir := idleSupervisor(t, 2, idleIgnoreTerm)
 	s.stopGrace = 100 * time.Millisecond
 	require.NoError(t, s.startAll(context.Background()))
