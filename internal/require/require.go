@@ -581,3 +581,38 @@ func Positive(t TestingT, e any, msgAndArgs ...any) {
 	zero := reflect.Zero(reflect.TypeOf(e)).Interface()
 	ordered(t, "Positive", e, zero, ">", func(c int) bool { return c > 0 }, msgAndArgs)
 }
+
+// ElementsMatch requires listA and listB (slices or arrays) to hold the same
+// elements, each as many times, in any order.
+func ElementsMatch(t TestingT, listA, listB any, msgAndArgs ...any) {
+	t.Helper()
+	a, b := reflect.ValueOf(listA), reflect.ValueOf(listB)
+	isList := func(v reflect.Value) bool { return v.Kind() == reflect.Slice || v.Kind() == reflect.Array }
+	if !isList(a) || !isList(b) {
+		fail(t, fmt.Sprintf("ElementsMatch: %s and %s are not both lists", show(listA), show(listB)), msgAndArgs)
+		return
+	}
+	used := make([]bool, b.Len())
+	var extra []any
+	for i := 0; i < a.Len(); i++ {
+		found := false
+		for j := 0; j < b.Len(); j++ {
+			if !used[j] && objectsEqual(a.Index(i).Interface(), b.Index(j).Interface()) {
+				used[j], found = true, true
+				break
+			}
+		}
+		if !found {
+			extra = append(extra, a.Index(i).Interface())
+		}
+	}
+	var missing []any
+	for j, u := range used {
+		if !u {
+			missing = append(missing, b.Index(j).Interface())
+		}
+	}
+	if len(extra) > 0 || len(missing) > 0 {
+		fail(t, fmt.Sprintf("ElementsMatch: only in the first: %v; only in the second: %v", extra, missing), msgAndArgs)
+	}
+}

@@ -317,3 +317,11 @@ func TestMessage(t *testing.T) {
 		t.Fatalf("a failure without a message printed %q", f.errors[0])
 	}
 }
+
+func TestElementsMatch(t *testing.T) {
+	check(t, "ElementsMatch", false, func(f TestingT) { ElementsMatch(f, []string{"a", "b", "a"}, []string{"a", "a", "b"}) })
+	check(t, "ElementsMatch", false, func(f TestingT) { ElementsMatch(f, []int{}, [0]int{}) })
+	check(t, "ElementsMatch", true, func(f TestingT) { ElementsMatch(f, []string{"a", "b"}, []string{"a", "a"}) }, "[b]", "[a]")
+	check(t, "ElementsMatch", true, func(f TestingT) { ElementsMatch(f, []int{1}, []int{1, 2}) }, "[2]")
+	check(t, "ElementsMatch", true, func(f TestingT) { ElementsMatch(f, "ab", []string{"a"}) }, "not both lists")
+}

@@ -3,7 +3,6 @@ package inboxcli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +20,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	sqsEndpoint := fs.String("sqs-endpoint", "", "a real SQS endpoint URL")
 	databaseURL := fs.String("database-url", "", "the store: postgres://… (default: $DATABASE_URL, then the local test server)")
 	duration := durationFlag{d: chaos.DefaultDuration}
-	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same (default 1m0s)")
+	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same, or by what redelivery needs if longer (default 1m0s)")
 	events := fs.Int("events", chaos.DefaultEvents, "distinct events to produce")
 	consumers := fs.Int("consumers", chaos.DefaultConsumers, "consumer processes in the group")
 	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
@@ -64,7 +63,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 		printChaos(e.Stdout, res)
 	}
 	if !res.OK {
-		return errors.New("exactly-once violated or the run did not drain: see the result")
+		return fmt.Errorf("failed: %s; replay it with --seed %d", res.Reason, res.Seed)
 	}
 	return nil
 }
@@ -72,7 +71,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 func printChaos(w io.Writer, r *chaos.Result) {
 	verdict := "OK: every event applied exactly once, nothing lost"
 	if !r.OK {
-		verdict = "FAILED"
+		verdict = fmt.Sprintf("FAILED: %s\n  replay with --seed %d", r.Reason, r.Seed)
 	}
 	fmt.Fprintf(w, "%s over %s, %d events, seed %d, %s\n", r.Transport, r.Store, r.Events, r.Seed, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(w, "  kills %d (", r.Kills)

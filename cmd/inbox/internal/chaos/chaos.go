@@ -16,6 +16,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/txinbox/inbox/internal/fault"
@@ -60,8 +61,10 @@ type Config struct {
 	Duplicates float64
 	// Duration is how long faults are injected: the events are produced
 	// over its first four fifths, and the consumers drain under fire for the
-	// rest. The drain without faults that follows is bounded by it too.
-	// Defaults to DefaultDuration.
+	// rest. The drain without faults that follows is bounded by it too, or
+	// by what the transport needs to deliver again the messages that killed
+	// consumers held, if that is longer (see drainTimeout). Defaults to
+	// DefaultDuration.
 	Duration time.Duration
 	// Seed makes the event set and the fault schedule repeatable. Zero
 	// picks one.
@@ -97,6 +100,10 @@ type Result struct {
 	DoubleApplied       int    `json:"double_applied"`
 	Lost                int    `json:"lost"`
 	OK                  bool   `json:"ok"`
+	// Seed replays the run's events and fault schedule (Config.Seed).
+	Seed uint64 `json:"seed"`
+	// Reason says why a run is not OK, in one line; empty when it is.
+	Reason string `json:"reason,omitempty"`
 
 	// Details, not part of the JSON contract.
 	KillsAt       map[string]int `json:"-"`
@@ -105,7 +112,6 @@ type Result struct {
 	InboxRows     int            `json:"-"`
 	Problems      []string       `json:"-"`
 	Elapsed       time.Duration  `json:"-"`
-	Seed          uint64         `json:"-"`
 }
 
 // event is one produced event.
@@ -227,14 +233,19 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
 		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
 
-	sup := newSupervisor(&cfg, st, tr, res)
+	sup := newSupervisor(&cfg, consumerArgs(&cfg, st, tr), res)
 	defer sup.stopAll()
 	if err := sup.startAll(ctx); err != nil {
 		return nil, err
 	}
+	drainFor := drainTimeout(&cfg, tr)
+	// The producer is done by four fifths of the duration unless sends
+	// are very slow; it is given up on after a drain's time more.
+	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration+drainFor)
+	defer stopProducing()
 	produced := make(chan error, 1)
 	produceSeed := r.Uint64()
-	go func() { produced <- produce(ctx, tr, events, cfg.Duration*4/5, produceSeed) }()
+	go func() { produced <- produce(produceCtx, tr, events, cfg.Duration*4/5, produceSeed) }()
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
@@ -243,7 +254,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	// producer ends the phase early.
 	var produceErr error
 	producing := true
-	sup.chaos(chaosCtx, r, func() bool {
+	sup.chaos(chaosCtx, r, st, tr, func() bool {
 		if producing {
 			select {
 			case produceErr = <-produced:
@@ -265,8 +276,23 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 
 	// Drain without faults, bounded.
-	fmt.Fprintf(cfg.Log, "chaos: draining without faults\n")
-	if err := sup.drain(ctx, cfg.Duration, func() bool { return st.drained(ctx, len(events)) }); err != nil {
+	fmt.Fprintf(cfg.Log, "chaos: draining without faults, %v at most\n", drainFor)
+	tr.calm()
+	progress := time.Now()
+	drained := func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := st.applied(ctx)
+		switch {
+		case err != nil:
+			fmt.Fprintf(cfg.Log, "chaos: count the events applied: %v\n", err)
+		case time.Since(progress) >= 2*time.Second:
+			progress = time.Now()
+			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied\n", n, len(events))
+		}
+		return err == nil && n >= len(events)
+	}
+	if err := sup.drain(ctx, drainFor, drained); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
 	sup.stopAll()
@@ -274,7 +300,62 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		return nil, err
 	}
 	res.Elapsed = time.Since(start)
-	res.OK = res.DoubleApplied == 0 && res.Lost == 0 && res.BalancesWrong == 0 &&
-		res.InboxRows == res.Events && len(res.Problems) == 0
+	res.Reason = res.failure()
+	res.OK = res.Reason == ""
 	return res, nil
+}
+
+// consumerArgs are the arguments every consumer process runs with, after
+// its --slot.
+func consumerArgs(cfg *Config, st store, tr transport) []string {
+	args := append([]string{"--consumer", DefaultConsumerName}, st.consumerArgs()...)
+	args = append(args, tr.consumerArgs()...)
+	if cfg.ControlNoSkip {
+		args = append(args, "--control-no-skip")
+	}
+	if cfg.Pipelined {
+		args = append(args, "--pipelined")
+	}
+	return args
+}
+
+// drainRedeliveries is how many of the transport's longest redeliveries
+// the drain without faults allows at least: a message that a consumer
+// killed at the end of the chaos held comes back after one, and may be
+// handed back once or twice more (a claim that waited behind a concurrent
+// delivery of the same event, a rebalance) before it is applied.
+const drainRedeliveries = 3
+
+// drainTimeout bounds the drain without faults: the run's duration, or
+// drainRedeliveries times what bounds redelivery on the transport, if that
+// is longer. It is what the proof waits for before it counts an event as
+// lost, so it must let every message that a killed consumer held come back.
+func drainTimeout(cfg *Config, tr transport) time.Duration {
+	return max(cfg.Duration, drainRedeliveries*tr.redelivery())
+}
+
+// failure says, in one line, why res is not OK; it is empty when res is.
+func (res *Result) failure() string {
+	var parts []string
+	const shown = 3
+	for i, p := range res.Problems {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("%d more problems", len(res.Problems)-shown))
+			break
+		}
+		parts = append(parts, p)
+	}
+	if res.DoubleApplied > 0 {
+		parts = append(parts, fmt.Sprintf("%d double applications", res.DoubleApplied))
+	}
+	if res.Lost > 0 {
+		parts = append(parts, fmt.Sprintf("%d events lost", res.Lost))
+	}
+	if res.BalancesWrong > 0 {
+		parts = append(parts, fmt.Sprintf("%d balances wrong", res.BalancesWrong))
+	}
+	if res.InboxRows != res.Events {
+		parts = append(parts, fmt.Sprintf("the inbox holds %d rows for %d events", res.InboxRows, res.Events))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,14 +14,19 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb needs
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
 // The chaos tests start consumers by running this test binary again with
 // INBOX_CHAOS_CONSUMER set: TestMain then runs one consumer instead of the
-// tests.
+// tests. INBOX_CHAOS_IDLE runs a stand-in consumer instead (runIdle).
 func TestMain(m *testing.M) {
+	if mode := os.Getenv("INBOX_CHAOS_IDLE"); mode != "" {
+		runIdle(mode)
+		os.Exit(0)
+	}
 	if os.Getenv("INBOX_CHAOS_CONSUMER") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		err := RunConsumer(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -145,4 +151,78 @@ func TestChaosKafkaPipelined(t *testing.T) {
 func TestChaosKafka(t *testing.T) {
 	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500})
 	requireExactlyOnce(t, res)
+}
+
+func TestAccountsOf(t *testing.T) {
+	t.Parallel()
+	msg := func(body string) inbox.Message { return inbox.Message{Payload: []byte(body)} }
+	for _, tc := range []struct {
+		name string
+		msgs []inbox.Message
+		want []int
+	}{
+		{"none", nil, []int{}},
+		{"sorted and distinct", []inbox.Message{msg(`{"account":7}`), msg(`{"account":3}`), msg(`{"account":7}`), msg(`{"account":1}`)}, []int{1, 3, 7}},
+		{"unparsable payloads are left to the handler", []inbox.Message{msg(`{"account":2}`), msg(`not json`)}, []int{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, accountsOf(tc.msgs))
+		})
+	}
+}
+
+// The drain lasts the run's duration, and never less than the transport
+// needs to deliver again what killed consumers held.
+func TestDrainTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tr       transport
+		duration time.Duration
+		want     time.Duration
+	}{
+		{&sqsTransport{}, 20 * time.Second, 20 * time.Second},
+		{&sqsTransport{}, 5 * time.Second, drainRedeliveries * (sqsVisibility + sqsWait)},
+		{&kafkaTransport{}, 5 * time.Second, drainRedeliveries * (kafkaSession + kafkaRebalanceTimeout)},
+		{&kafkaTransport{}, time.Minute, time.Minute},
+	} {
+		require.Equal(t, tc.want, drainTimeout(&Config{Duration: tc.duration}, tc.tr), "%T, %v", tc.tr, tc.duration)
+	}
+}
+
+// The JSON form of a Result is the contract of 'inbox chaos --json': these
+// names do not change, and a failed run says how to replay it and why.
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+	failed := &Result{Transport: "sqs", Store: "postgres", Events: 10, InboxRows: 8, Lost: 2, BalancesWrong: 1, Seed: 303,
+		Problems: []string{"consumers did not drain within 20s"}}
+	failed.Reason = failed.failure()
+	failed.OK = failed.Reason == ""
+	b, err := json.Marshal(failed)
+	require.NoError(t, err)
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal(b, &fields))
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	require.ElementsMatch(t, []string{
+		"transport", "store", "events", "kills", "restarts", "db_kills", "duplicates_delivered",
+		"duplicates_skipped", "double_applied", "lost", "ok", "seed", "reason",
+	}, names)
+	require.Equal(t, false, fields["ok"])
+	require.Equal(t, float64(303), fields["seed"])
+	require.Equal(t, "consumers did not drain within 20s; 2 events lost; 1 balances wrong; the inbox holds 8 rows for 10 events", fields["reason"])
+
+	ok := &Result{Events: 10, InboxRows: 10, Seed: 1}
+	require.Empty(t, ok.failure())
+	b, err = json.Marshal(ok)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), `"reason"`, "an OK run has no reason")
+	require.Contains(t, string(b), `"seed":1`)
+}
+
+func TestResultFailureShowsFewProblems(t *testing.T) {
+	t.Parallel()
+	res := &Result{Events: 1, InboxRows: 1, Problems: []string{"a", "b", "c", "d", "e"}}
+	require.Equal(t, "a; b; c; 2 more problems", res.failure())
 }

@@ -53,11 +53,13 @@ func (e event) body() []byte {
 
 // outcomes is an inbox.Observer that prints, for the coordinator, one line
 // per committed or skipped transaction: "tx APPLIED DUPLICATES". Each line
-// is one write, so a kill never leaves half a line.
+// is one write, so a kill never leaves half a line. It also hands each
+// transaction's accounts to the handler, which locks them in order (see
+// lockorder.go).
 type outcomes struct{ w io.Writer }
 
-func (o outcomes) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
-	return ctx
+func (o outcomes) TxStart(ctx context.Context, _ string, msgs []inbox.Message) context.Context {
+	return withAccounts(ctx, msgs)
 }
 
 func (o outcomes) TxEnd(_ context.Context, e *inbox.TxEvent) {
@@ -128,6 +130,9 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := json.Unmarshal(m.Payload, &p); err != nil {
 			return inbox.Permanent(fmt.Errorf("payload: %w", err))
 		}
+		if err := lockAccounts(ctx, tx, accounts); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE `+accounts+` SET balance = balance + $1 WHERE id = $2`, p.Amount, p.Account); err != nil {
 			return err
 		}
@@ -138,6 +143,9 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var h inbox.Handler[pgx.Tx] = credit
 	if f.pipelined {
 		h = inboxpgx.PipelineBatchFunc(func(ctx context.Context, msgs []inbox.Message, b *pgx.Batch) error {
+			if ids := accountsOf(msgs); len(ids) > 1 {
+				b.Queue(lockAccountsSQL(accounts), ids)
+			}
 			for _, m := range msgs {
 				var p payload
 				if err := json.Unmarshal(m.Payload, &p); err != nil {

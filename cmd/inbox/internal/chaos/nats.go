@@ -196,3 +196,14 @@ func runNATSConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client
 	}
 	return c.Run(ctx)
 }
+
+// calm: a server restart is over when injectFault returns; nothing waits.
+func (t *natsTransport) calm() {}
+
+// redelivery: a message that a killed consumer held comes back when its
+// AckWait runs out, one handed back after a failure when its NakWithDelay
+// does (at most the consumers' MaxRetryBackoff), and a consumer fetches it
+// within a second.
+func (t *natsTransport) redelivery() time.Duration {
+	return max(natsAckWait, 2*time.Second) + time.Second
+}

@@ -158,3 +158,14 @@ func runRabbitConsumer(ctx context.Context, f *consumerFlags, client *inbox.Clie
 	}
 	return c.Run(ctx)
 }
+
+// calm: a cut connection is over when injectFault returns; nothing waits.
+func (t *rabbitTransport) calm() {}
+
+// redelivery: the broker requeues what a killed consumer held as soon as
+// its connection closes; a message held back after a failure waits at
+// most the consumers' MaxRetryBackoff, and a consumer whose connection was
+// cut dials again within its MaxReconnectBackoff.
+func (t *rabbitTransport) redelivery() time.Duration {
+	return 2*time.Second + time.Second
+}

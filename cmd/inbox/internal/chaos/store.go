@@ -22,8 +22,8 @@ type store interface {
 	setup(ctx context.Context, accounts int) error
 	// consumerArgs tell a consumer process where the store is.
 	consumerArgs() []string
-	// drained reports whether every one of n events has been applied.
-	drained(ctx context.Context, n int) bool
+	// applied returns how many distinct events have been applied.
+	applied(ctx context.Context) (int, error)
 	// killConnections terminates some of the consumers' connections.
 	killConnections(ctx context.Context, r *rand.Rand) (int, error)
 	// check fills in res from what the store holds.
@@ -95,10 +95,10 @@ func (s *pgStore) consumerArgs() []string {
 	return []string{"--database-url", s.url, "--schema", s.schema}
 }
 
-func (s *pgStore) drained(ctx context.Context, n int) bool {
-	var applied int
-	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+s.table("effects")).Scan(&applied)
-	return err == nil && applied >= n
+func (s *pgStore) applied(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+s.table("effects")).Scan(&n)
+	return n, err
 }
 
 // killConnections terminates between one and all of the consumers'

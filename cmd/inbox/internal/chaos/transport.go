@@ -18,6 +18,12 @@ type transport interface {
 	// injectFault makes the broker fail a request, where it can; it reports
 	// whether it did.
 	injectFault(r *rand.Rand) bool
+	// calm drops the faults injected and not yet hit, before the drain.
+	calm()
+	// redelivery bounds how long a message can stay out of every
+	// consumer's reach once the faults stop: held by a consumer that was
+	// killed, or handed back with a backoff.
+	redelivery() time.Duration
 	close()
 }
 
