@@ -18,9 +18,10 @@ const ReasonCrashedConsumer = "crashed_consumer"
 // Takeover is what the takeover ledger knew when a consumer took over a
 // source.
 type Takeover struct {
-	// Count is how many takeovers in a row, this one included, found the
-	// same message first without any owner getting past it: 1 for a message
-	// that no takeover found before.
+	// Count is how many takeovers in a row found the same message first
+	// after an owner had started it (StartTakeover) and gone down before
+	// getting past it, plus one: 1 for a message that never took an owner
+	// down.
 	Count int
 	// Crashed reports that the owner before did not stop cleanly: it died
 	// while it held the source, somewhere at or after the position it had
@@ -32,9 +33,9 @@ type Takeover struct {
 // took over source (a transport's unit of ordered delivery, such as
 // "kafka:orders/3") and is about to process the message at position first.
 // It is how a transport whose broker does not count deliveries bounds a
-// message that crashes its consumer: one write per takeover, none per
-// message. Call TakeoverDone once past that message, or when stopping
-// cleanly.
+// message that crashes its consumer: a few writes per takeover, none per
+// message. Call StartTakeover before running a message the ledger should
+// count a crash against, and TakeoverDone when stopping cleanly.
 func (c *Client[TTx]) RecordTakeover(ctx context.Context, consumer, source string, position int64) (Takeover, error) {
 	if err := ValidateConsumer(consumer); err != nil {
 		return Takeover{}, err
@@ -46,15 +47,18 @@ func (c *Client[TTx]) RecordTakeover(ctx context.Context, consumer, source strin
 	return Takeover{Count: n, Crashed: existed}, nil
 }
 
-// MoveTakeover records that consumer, which took over source after a crash,
-// is about to process the message at position: the record moves there,
-// with a count of 1, so that a crash on that message is counted against it.
-func (c *Client[TTx]) MoveTakeover(ctx context.Context, consumer, source string, position int64) error {
+// StartTakeover records that consumer, which owns source, is about to run
+// the message at position: if the process goes down from now on, the next
+// takeover counts it against that message. A record at another position
+// moves there, with a count of 1. A takeover that finds the record not
+// started (the owner went down before running it, say because another
+// source's message crashed the process) does not count.
+func (c *Client[TTx]) StartTakeover(ctx context.Context, consumer, source string, position int64) error {
 	if err := ValidateConsumer(consumer); err != nil {
 		return err
 	}
-	if err := c.driver.TakeoverMove(ctx, &inboxdriver.TakeoverParams{Consumer: consumer, Source: source, Position: position}); err != nil {
-		return fmt.Errorf("inbox: move the takeover record of %s by %s to %d: %w", source, consumer, position, c.classify(err))
+	if err := c.driver.TakeoverStart(ctx, &inboxdriver.TakeoverParams{Consumer: consumer, Source: source, Position: position}); err != nil {
+		return fmt.Errorf("inbox: record the start of %s/%d by %s: %w", source, position, consumer, c.classify(err))
 	}
 	return nil
 }

@@ -137,17 +137,19 @@ type Admin interface {
 	DeadLetterDelete(ctx context.Context, id int64) (bool, error)
 
 	// Takeover records, in its own short transaction, that p.Consumer took
-	// over p.Source and is about to process the message at p.Position. It
+	// over p.Source and that the message at p.Position comes first. It
 	// returns how many takeovers in a row have found that same position
-	// first, this one included (1 when the recorded position differs or
-	// there was none), and whether a record existed before: a record that
-	// TakeoverDone did not clear means the owner before died.
+	// first with its message started (TakeoverStart) and never got past
+	// it, plus one for this takeover (1 when the recorded position differs
+	// or there was none), and whether a record existed before: a record
+	// that TakeoverDone did not clear means the owner before died. The
+	// record is left not started.
 	Takeover(ctx context.Context, p *TakeoverParams) (n int, existed bool, err error)
 
-	// TakeoverMove records that the owner of p.Source, after a crash, is
-	// about to process the message at p.Position, one at a time: the
-	// record's position moves there, with a count of 1.
-	TakeoverMove(ctx context.Context, p *TakeoverParams) error
+	// TakeoverStart records that the owner of p.Source is about to run
+	// the message at p.Position: a crash from now on counts against it. A
+	// record at another position moves to p.Position with a count of 1.
+	TakeoverStart(ctx context.Context, p *TakeoverParams) error
 
 	// TakeoverDone clears the record of p.Source if its position is still
 	// p.Position: the owner got past it, or stopped cleanly.

@@ -45,9 +45,11 @@ type partition struct {
 
 	// The takeover ledger's state, which only the worker touches:
 	// recorded is the position of the ledger's record for this
-	// partition, or -1 when it holds none of this worker's; suspect is
-	// how many more records to process one at a time after a crash.
+	// partition, or -1 when it holds none of this worker's; started is
+	// the position recorded as started, or -1; suspect is how many more
+	// records to process one at a time after a crash.
 	recorded int64
+	started  int64
 	suspect  int
 }
 
@@ -63,6 +65,7 @@ func newPartition(parent context.Context, tp topicPartition, gen uint64) *partit
 		wake:     make(chan struct{}, 1),
 		attempts: make(map[int64]int),
 		recorded: -1,
+		started:  -1,
 	}
 }
 
@@ -170,13 +173,21 @@ func (c *Consumer[TTx]) work(p *partition) {
 		}
 		for len(batch) > 0 {
 			step := batch
-			if p.suspect > 0 {
+			suspect := p.suspect > 0
+			if suspect {
 				step = batch[:1]
-				if !c.beforeSuspect(p, step[0], &bo) {
-					return
+				c.suspectMu.Lock()
+			}
+			if !c.beforeRun(p, step[0], &bo) {
+				if suspect {
+					c.suspectMu.Unlock()
 				}
+				return
 			}
 			n, wait := c.attempt(p, step)
+			if suspect {
+				c.suspectMu.Unlock()
+			}
 			batch = batch[n:]
 			if n > 0 {
 				bo.reset()

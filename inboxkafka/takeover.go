@@ -2,6 +2,7 @@ package inboxkafka
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,14 +13,20 @@ import (
 
 // The takeover ledger bounds a record that crashes its consumer (see
 // Config.MaxCrashes). A worker records, once per takeover, the record it is
-// about to process first, and keeps that record in the ledger for as long
-// as it owns the partition: only a clean stop clears it. So a record found
-// at a takeover means that the owner before went down, wherever it was;
-// and the count of a position goes up each time a takeover finds the same
-// record first again. After such a crash the worker goes one record at a
-// time, moving the ledger's record before each one and committing its
-// offset at once, so that the next crash, if any, is counted against the
-// record that caused it.
+// about to process first, and keeps a record in the ledger for as long as
+// it owns the partition: only a clean stop clears it. So a record found at
+// a takeover means that the owner before went down. The ledger counts a
+// crash against a record only if the record had started (StartTakeover)
+// when the process went down: the first record after a takeover, and,
+// after a crash, each record that the worker then runs one at a time,
+// committing each offset at once, so that the next crash, if any, is
+// counted against the record that caused it.
+//
+// After a crash, the records that the consumer's partitions run one at a
+// time run one at a time across the whole consumer too (suspectMu): a
+// record that takes the process down then takes down no other started
+// record with it, which would count a crash against a healthy record of
+// another partition.
 //
 // Clearing the record once the first batch is done, or once an offset is
 // committed past it, would lose every crash that happens in a later batch:
@@ -56,7 +63,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		}
 	}
 	bo.reset()
-	p.recorded = first.Offset
+	p.recorded, p.started = first.Offset, -1
 	crashes := tk.Count - 1
 	if crashes >= c.cfg.MaxCrashes {
 		cause := fmt.Errorf("inboxkafka: the consumer went down %d times in a row with this record first, and never got past it", crashes)
@@ -65,6 +72,23 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		msg := message(first)
 		if id, err := c.client.Key(c.cfg.Key, msg); err == nil {
 			msg.ID = id
+			// The claim decides whether the record was applied after
+			// all, by an owner that went down after its commit: then it
+			// did not crash anything, and it is done.
+			applied, err := c.appliedBefore(p, msg)
+			for err != nil {
+				if p.stopping() || !p.sleep(bo.next()) {
+					return nil, false
+				}
+				applied, err = c.appliedBefore(p, msg)
+			}
+			if applied {
+				bo.reset()
+				c.report(Result{Record: first, ID: msg.ID, Outcome: inbox.Duplicate})
+				c.mark(p, first)
+				c.commitNow(p)
+				return batch[1:], true
+			}
 		}
 		for !c.deadLetter(p, first, msg, cause, inbox.ReasonCrashedConsumer, crashes) {
 			if p.stopping() || !p.sleep(bo.next()) {
@@ -84,25 +108,45 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 	return batch, true
 }
 
-// beforeSuspect moves the ledger's record to rec, which is about to be
-// processed alone after a crash. It reports false when the worker must
+// beforeRun records in the ledger that rec is about to run, when a crash
+// must count against it: the first record after a takeover, and every
+// record run alone after a crash. It reports false when the worker must
 // stop.
-func (c *Consumer[TTx]) beforeSuspect(p *partition, rec *kgo.Record, bo *backoff) bool {
-	if p.recorded == rec.Offset {
+func (c *Consumer[TTx]) beforeRun(p *partition, rec *kgo.Record, bo *backoff) bool {
+	if p.recorded < 0 || p.started == rec.Offset || (p.suspect == 0 && rec.Offset != p.recorded) {
 		return true
 	}
 	for {
-		err := c.client.MoveTakeover(p.ctx, c.cfg.Consumer, p.source(), rec.Offset)
+		err := c.client.StartTakeover(p.ctx, c.cfg.Consumer, p.source(), rec.Offset)
 		if err == nil {
-			p.recorded = rec.Offset
+			p.recorded, p.started = rec.Offset, rec.Offset
 			return true
 		}
-		c.logger.WarnContext(p.ctx, "inboxkafka: could not move the takeover record; trying again after a backoff",
+		c.logger.WarnContext(p.ctx, "inboxkafka: could not record the start of a record; trying again after a backoff",
 			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 		if p.stopping() || !p.sleep(bo.next()) {
 			return false
 		}
 	}
+}
+
+// errNotRun is what the handler of appliedBefore returns: it never runs
+// the user's handler.
+var errNotRun = errors.New("inboxkafka: a crashed record's handler is not run")
+
+// appliedBefore reports whether the inbox already holds msg: it claims the
+// id and rolls back, never running the handler.
+func (c *Consumer[TTx]) appliedBefore(p *partition, msg inbox.Message) (bool, error) {
+	out, err := c.client.Process(p.ctx, c.cfg.Consumer, msg, inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error {
+		return errNotRun
+	}))
+	switch {
+	case err == nil:
+		return out == inbox.Duplicate, nil
+	case errors.Is(err, errNotRun):
+		return false, nil
+	}
+	return false, err
 }
 
 // afterDone runs after the records up to last are done. After a crash it

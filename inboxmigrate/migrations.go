@@ -236,9 +236,11 @@ var migrations = []migration{
 	},
 	{
 		// The takeover ledger: per consumer and source (a Kafka partition),
-		// the position of the first message after the last takeover, and
-		// how many takeovers in a row found it first. One row per source;
-		// written once per takeover, never per message.
+		// the position of the first message after the last takeover, how
+		// many takeovers in a row found it first after it had started, and
+		// whether it has started since. One row per source; written at a
+		// takeover, when its first message starts, and at a clean stop,
+		// never per message.
 		version: 4,
 		name:    "takeovers",
 		up: func(s *schema) []string {
@@ -250,6 +252,7 @@ var migrations = []migration{
     source        text COLLATE "C" NOT NULL,
     position      bigint      NOT NULL,
     takeovers     integer     NOT NULL,
+    started       boolean     NOT NULL DEFAULT false,
     updated_at    timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_name, source)
 )`}
@@ -259,6 +262,7 @@ var migrations = []migration{
     source        VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
     position      BIGINT      NOT NULL,
     takeovers     INT         NOT NULL,
+    started       BOOLEAN     NOT NULL DEFAULT FALSE,
     updated_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (consumer_name, source)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`}
@@ -268,6 +272,7 @@ var migrations = []migration{
     source        TEXT    NOT NULL,
     position      INTEGER NOT NULL,
     takeovers     INTEGER NOT NULL,
+    started       INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (consumer_name, source)
 ) WITHOUT ROWID`}
 			}

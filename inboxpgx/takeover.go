@@ -7,15 +7,19 @@ import (
 )
 
 // takeoverQuery records a takeover: the count goes up when the recorded
-// position is the same, and starts again at 1 otherwise. existed tells
-// whether a record was there before (xmax is non-zero on an update).
+// position is the same and its message had started, stays when it had not,
+// and starts again at 1 otherwise. existed tells whether a record was there
+// before (xmax is non-zero on an update).
 func (d *Driver) takeoverQuery() string {
 	tk := d.tables.Qualify(inboxdriver.DialectPostgres, d.tables.Takeovers)
 	return `INSERT INTO ` + tk + ` AS t (consumer_name, source, position, takeovers)
 VALUES ($1, $2, $3, 1)
 ON CONFLICT (consumer_name, source) DO UPDATE
-   SET takeovers = CASE WHEN t.position = EXCLUDED.position THEN t.takeovers + 1 ELSE 1 END,
+   SET takeovers = CASE WHEN t.position <> EXCLUDED.position THEN 1
+                        WHEN t.started THEN t.takeovers + 1
+                        ELSE t.takeovers END,
        position = EXCLUDED.position,
+       started = false,
        updated_at = now()
 RETURNING takeovers, xmax <> 0`
 }
@@ -28,13 +32,14 @@ func (d *Driver) Takeover(ctx context.Context, p *inboxdriver.TakeoverParams) (i
 	return n, existed, err
 }
 
-// TakeoverMove implements inboxdriver.Admin.
-func (d *Driver) TakeoverMove(ctx context.Context, p *inboxdriver.TakeoverParams) error {
+// TakeoverStart implements inboxdriver.Admin.
+func (d *Driver) TakeoverStart(ctx context.Context, p *inboxdriver.TakeoverParams) error {
 	tk := d.tables.Qualify(inboxdriver.DialectPostgres, d.tables.Takeovers)
-	_, err := d.pool.Exec(ctx, `INSERT INTO `+tk+` (consumer_name, source, position, takeovers)
-VALUES ($1, $2, $3, 1)
+	_, err := d.pool.Exec(ctx, `INSERT INTO `+tk+` AS t (consumer_name, source, position, takeovers, started)
+VALUES ($1, $2, $3, 1, true)
 ON CONFLICT (consumer_name, source) DO UPDATE
-   SET position = EXCLUDED.position, takeovers = 1, updated_at = now()`, p.Consumer, p.Source, p.Position)
+   SET takeovers = CASE WHEN t.position = EXCLUDED.position THEN t.takeovers ELSE 1 END,
+       position = EXCLUDED.position, started = true, updated_at = now()`, p.Consumer, p.Source, p.Position)
 	return err
 }
 

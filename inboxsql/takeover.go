@@ -29,12 +29,13 @@ func (d *Driver) Takeover(ctx context.Context, p *inboxdriver.TakeoverParams) (n
 	}()
 	var pos int64
 	var count int
+	var started bool
 	lock := ""
 	if d.dialect != SQLite {
 		lock = " FOR UPDATE"
 	}
-	err = tx.QueryRowContext(ctx, `SELECT position, takeovers FROM `+tk+` WHERE consumer_name = `+q.ph(1)+` AND source = `+q.ph(2)+lock,
-		p.Consumer, p.Source).Scan(&pos, &count)
+	err = tx.QueryRowContext(ctx, `SELECT position, takeovers, started FROM `+tk+` WHERE consumer_name = `+q.ph(1)+` AND source = `+q.ph(2)+lock,
+		p.Consumer, p.Source).Scan(&pos, &count, &started)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		n = 1
@@ -44,12 +45,16 @@ func (d *Driver) Takeover(ctx context.Context, p *inboxdriver.TakeoverParams) (n
 		return 0, false, err
 	default:
 		existed = true
-		n = 1
-		if pos == p.Position {
+		switch {
+		case pos != p.Position:
+			n = 1
+		case started:
 			n = count + 1
+		default:
+			n = count
 		}
-		_, err = tx.ExecContext(ctx, `UPDATE `+tk+` SET position = `+q.ph(1)+`, takeovers = `+q.ph(2)+
-			` WHERE consumer_name = `+q.ph(3)+` AND source = `+q.ph(4), p.Position, n, p.Consumer, p.Source)
+		_, err = tx.ExecContext(ctx, `UPDATE `+tk+` SET position = `+q.ph(1)+`, takeovers = `+q.ph(2)+`, started = `+q.ph(3)+
+			` WHERE consumer_name = `+q.ph(4)+` AND source = `+q.ph(5), p.Position, n, false, p.Consumer, p.Source)
 	}
 	if err != nil {
 		return 0, false, err
@@ -60,20 +65,23 @@ func (d *Driver) Takeover(ctx context.Context, p *inboxdriver.TakeoverParams) (n
 	return n, existed, nil
 }
 
-// TakeoverMove implements inboxdriver.Admin.
-func (d *Driver) TakeoverMove(ctx context.Context, p *inboxdriver.TakeoverParams) error {
+// TakeoverStart implements inboxdriver.Admin. Only the owner of a source
+// writes its record, so the update and the insert need no lock between
+// them.
+func (d *Driver) TakeoverStart(ctx context.Context, p *inboxdriver.TakeoverParams) error {
 	tk := d.takeoverTable()
 	q := &queries{d: d.dialect}
-	res, err := d.db.ExecContext(ctx, `UPDATE `+tk+` SET position = `+q.ph(1)+`, takeovers = 1 WHERE consumer_name = `+q.ph(2)+` AND source = `+q.ph(3),
-		p.Position, p.Consumer, p.Source)
-	if err != nil {
+	if _, err := d.db.ExecContext(ctx, `UPDATE `+tk+` SET takeovers = CASE WHEN position = `+q.ph(1)+` THEN takeovers ELSE 1 END, position = `+q.ph(2)+
+		`, started = `+q.ph(3)+` WHERE consumer_name = `+q.ph(4)+` AND source = `+q.ph(5),
+		p.Position, p.Position, true, p.Consumer, p.Source); err != nil {
 		return err
 	}
-	if n, err := res.RowsAffected(); err != nil || n > 0 {
+	var n int
+	if err := d.db.QueryRowContext(ctx, `SELECT count(*) FROM `+tk+` WHERE consumer_name = `+q.ph(1)+` AND source = `+q.ph(2), p.Consumer, p.Source).Scan(&n); err != nil || n > 0 {
 		return err
 	}
-	_, err = d.db.ExecContext(ctx, `INSERT INTO `+tk+` (consumer_name, source, position, takeovers) VALUES (`+q.phs(1, 4)+`)`,
-		p.Consumer, p.Source, p.Position, 1)
+	_, err := d.db.ExecContext(ctx, `INSERT INTO `+tk+` (consumer_name, source, position, takeovers, started) VALUES (`+q.phs(1, 5)+`)`,
+		p.Consumer, p.Source, p.Position, 1, true)
 	return err
 }
 

@@ -11,7 +11,7 @@ import (
 // broker counts no deliveries bounds a message that crashes its consumer.
 func takeoverCases[TTx any]() []testCase[TTx] {
 	return []testCase[TTx]{
-		{"TakeoversCountTheSameFirstMessage", func(t *testing.T, x *suite[TTx]) {
+		{"TakeoversCountCrashesOfAStartedMessage", func(t *testing.T, x *suite[TTx]) {
 			ctx := context.Background()
 			c := x.client(nil)
 			const src = "kafka:orders/3"
@@ -22,11 +22,22 @@ func takeoverCases[TTx any]() []testCase[TTx] {
 				}
 				requireEqual(t, "takeover", got, inbox.Takeover{Count: count, Crashed: crashed})
 			}
-			// A first takeover, then two owners that died at offset 10.
+			start := func(consumer, source string, pos int64) {
+				t.Helper()
+				if err := c.StartTakeover(ctx, consumer, source, pos); err != nil {
+					t.Fatalf("StartTakeover: %v", err)
+				}
+			}
+			// A first takeover; its owner starts offset 10 and dies, twice.
 			tk, err := c.RecordTakeover(ctx, "billing", src, 10)
 			want(tk, err, 1, false)
+			start("billing", src, 10)
 			tk, err = c.RecordTakeover(ctx, "billing", src, 10)
 			want(tk, err, 2, true)
+			start("billing", src, 10)
+			tk, err = c.RecordTakeover(ctx, "billing", src, 10)
+			want(tk, err, 3, true)
+			// An owner that died before starting it does not count.
 			tk, err = c.RecordTakeover(ctx, "billing", src, 10)
 			want(tk, err, 3, true)
 			// Per consumer and per source.
@@ -35,6 +46,7 @@ func takeoverCases[TTx any]() []testCase[TTx] {
 			tk, err = c.RecordTakeover(ctx, "billing", "kafka:orders/4", 10)
 			want(tk, err, 1, false)
 			// An owner that died further on starts the count again.
+			start("billing", src, 10)
 			tk, err = c.RecordTakeover(ctx, "billing", src, 11)
 			want(tk, err, 1, true)
 			// A clear at another position leaves the record; at its own
@@ -42,6 +54,7 @@ func takeoverCases[TTx any]() []testCase[TTx] {
 			if err := c.TakeoverDone(ctx, "billing", src, 10); err != nil {
 				t.Fatalf("TakeoverDone: %v", err)
 			}
+			start("billing", src, 11)
 			tk, err = c.RecordTakeover(ctx, "billing", src, 11)
 			want(tk, err, 2, true)
 			if err := c.TakeoverDone(ctx, "billing", src, 11); err != nil {
@@ -49,16 +62,13 @@ func takeoverCases[TTx any]() []testCase[TTx] {
 			}
 			tk, err = c.RecordTakeover(ctx, "billing", src, 11)
 			want(tk, err, 1, false)
-			// Moving the record counts a crash against the new position.
-			if err := c.MoveTakeover(ctx, "billing", src, 15); err != nil {
-				t.Fatalf("MoveTakeover: %v", err)
-			}
+			// Starting another position moves the record there with a
+			// count of one: a crash then counts against it.
+			start("billing", src, 15)
 			tk, err = c.RecordTakeover(ctx, "billing", src, 15)
 			want(tk, err, 2, true)
-			// Moving a source with no record creates one.
-			if err := c.MoveTakeover(ctx, "billing", "kafka:orders/9", 7); err != nil {
-				t.Fatalf("MoveTakeover: %v", err)
-			}
+			// Starting a source with no record creates one.
+			start("billing", "kafka:orders/9", 7)
 			tk, err = c.RecordTakeover(ctx, "billing", "kafka:orders/9", 7)
 			want(tk, err, 2, true)
 			// Bad consumer names are refused before any SQL.
