@@ -26,6 +26,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
 	dups := fs.Float64("duplicates", chaos.DefaultDuplicates, "fraction of events the producer sends twice")
 	seed := fs.Uint64("seed", 0, "seed for the events and the fault schedule (0: random)")
+	crashPoison := fs.Int("crash-poison", 0, "events that take down any consumer that applies them, to be dead-lettered as crashed_consumer (default 2 on kafka; -1 for none)")
 	pipelined := fs.Bool("pipelined", false, "consumers queue their statements (inboxpgx.PipelineBatchFunc): one round trip per transaction")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
@@ -47,7 +48,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	res, err := chaos.Run(ctx, chaos.Config{
 		Transport: *transport, Brokers: *brokers, SQSEndpoint: *sqsEndpoint, DatabaseURL: url,
 		Consumers: *consumers, Events: *events, Accounts: *accounts, Duplicates: *dups,
-		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, Log: log,
+		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, CrashPoison: *crashPoison, Log: log,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"chaos-consumer"}, args...)...)
 		},
@@ -89,7 +90,11 @@ func printChaos(w io.Writer, r *chaos.Result) {
 	fmt.Fprintf(w, "), restarts %d, db kills %d, broker faults %d\n", r.Restarts, r.DBKills, r.BrokerFaults)
 	fmt.Fprintf(w, "  duplicates delivered %d, skipped %d\n", r.DuplicatesDelivered, r.DuplicatesSkipped)
 	fmt.Fprintf(w, "  double applied %d, lost %d, wrong balances %d, inbox rows %d of %d\n",
-		r.DoubleApplied, r.Lost, r.BalancesWrong, r.InboxRows, r.Events)
+		r.DoubleApplied, r.Lost, r.BalancesWrong, r.InboxRows, r.Events-r.CrashPoisonSent)
+	if r.CrashPoisonSent > 0 {
+		fmt.Fprintf(w, "  crash poison: %d sent, %d consumers taken down, %d dead-lettered as crashed_consumer\n",
+			r.CrashPoisonSent, r.PoisonCrashes, r.CrashPoisonDeadLettered)
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", p)
 	}

@@ -33,6 +33,9 @@ const (
 	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	// DefaultConsumerName is the inbox consumer that every process runs as.
 	DefaultConsumerName = "chaos-billing"
+	// DefaultCrashPoison is how many crash-poison events a Kafka run
+	// sends by default.
+	DefaultCrashPoison = 2
 )
 
 // Config configures a run.
@@ -80,6 +83,16 @@ type Config struct {
 	// one round trip, instead of a HandlerFunc that runs its statements on
 	// the transaction. It does not combine with ControlNoSkip.
 	Pipelined bool
+	// CrashPoison is how many events take down any consumer that applies
+	// them, half by exiting in the handler, half by a panic on a goroutine
+	// the handler started. The run must end with exactly those events
+	// dead-lettered as inbox.ReasonCrashedConsumer, and every other event
+	// applied once. Only Kafka's adapter bounds them itself (the takeover
+	// ledger); the other brokers bound them with their own delivery count
+	// and dead-letter queue, which the in-process brokers do not model.
+	// Defaults to DefaultCrashPoison on Kafka, and to none elsewhere;
+	// negative sends none.
+	CrashPoison int
 	// ControlNoSkip breaks the consumers on purpose: their store reports
 	// every claim as new. It is the negative control that shows the check
 	// catches double applications; a run with it must not be OK.
@@ -104,14 +117,21 @@ type Result struct {
 	Seed uint64 `json:"seed"`
 	// Reason says why a run is not OK, in one line; empty when it is.
 	Reason string `json:"reason,omitempty"`
+	// CrashPoisonSent is how many crash-poison events were sent
+	// (Config.CrashPoison), and CrashPoisonDeadLettered how many of them
+	// ended dead-lettered as crashed_consumer: the two must be equal.
+	CrashPoisonSent         int `json:"crash_poison_sent"`
+	CrashPoisonDeadLettered int `json:"crash_poison_dead_lettered"`
 
 	// Details, not part of the JSON contract.
-	KillsAt       map[string]int `json:"-"`
-	BrokerFaults  int            `json:"-"`
-	BalancesWrong int            `json:"-"`
-	InboxRows     int            `json:"-"`
-	Problems      []string       `json:"-"`
-	Elapsed       time.Duration  `json:"-"`
+	KillsAt map[string]int `json:"-"`
+	// PoisonCrashes counts the consumers that crash-poison events took down.
+	PoisonCrashes int           `json:"-"`
+	BrokerFaults  int           `json:"-"`
+	BalancesWrong int           `json:"-"`
+	InboxRows     int           `json:"-"`
+	Problems      []string      `json:"-"`
+	Elapsed       time.Duration `json:"-"`
 }
 
 // event is one produced event.
@@ -120,7 +140,16 @@ type event struct {
 	Account int
 	Amount  int64
 	Twice   bool
+	// Crash, when set, makes any consumer that applies the event go down:
+	// crashInHandler or crashInGoroutine.
+	Crash string
 }
+
+// How a crash-poison event takes its consumer down.
+const (
+	crashInHandler   = "handler"
+	crashInGoroutine = "goroutine"
+)
 
 func (c *Config) withDefaults() Config {
 	out := *c
@@ -151,6 +180,12 @@ func (c *Config) withDefaults() Config {
 	if out.Log == nil {
 		out.Log = io.Discard
 	}
+	switch {
+	case out.CrashPoison == 0 && out.Transport == "kafka" && !out.ControlNoSkip:
+		out.CrashPoison = DefaultCrashPoison
+	case out.CrashPoison < 0:
+		out.CrashPoison = 0
+	}
 	return out
 }
 
@@ -170,6 +205,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: duration %v: want 5s to 24h", c.Duration)
 	case c.Command == nil:
 		return errors.New("chaos: Config.Command is nil")
+	case c.CrashPoison > 0 && c.Transport != "kafka":
+		return fmt.Errorf("chaos: crash poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", c.CrashPoison)
+	case c.CrashPoison > c.Events/10:
+		return fmt.Errorf("chaos: crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
 	}
 	return nil
 }
@@ -187,6 +226,19 @@ func makeEvents(cfg *Config, r *rand.Rand) []event {
 			Amount:  1 + r.Int64N(1000),
 			Twice:   r.Float64() < cfg.Duplicates,
 		}
+	}
+	// The crash-poison events, spread over the run and never sent twice.
+	for n, i := 0, 0; n < cfg.CrashPoison; i++ {
+		e := &events[r.IntN(len(events))]
+		if e.Crash != "" {
+			continue
+		}
+		e.Twice = false
+		e.Crash = crashInHandler
+		if n%2 == 1 {
+			e.Crash = crashInGoroutine
+		}
+		n++
 	}
 	return events
 }
@@ -229,7 +281,8 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	defer tr.close()
 
 	events := makeEvents(&cfg, r)
-	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{}}
+	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{},
+		CrashPoisonSent: cfg.CrashPoison}
 	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
 		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
 
@@ -283,14 +336,19 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		n, err := st.applied(ctx)
+		var dead map[string]string
+		if err == nil {
+			dead, err = st.deadLetters(ctx)
+		}
 		switch {
 		case err != nil:
 			fmt.Fprintf(cfg.Log, "chaos: count the events applied: %v\n", err)
 		case time.Since(progress) >= 2*time.Second:
 			progress = time.Now()
-			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied\n", n, len(events))
+			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied, %d of %d crash-poison events dead-lettered\n",
+				n, len(events)-cfg.CrashPoison, len(dead), cfg.CrashPoison)
 		}
-		return err == nil && n >= len(events)
+		return err == nil && n >= len(events)-cfg.CrashPoison && len(dead) >= cfg.CrashPoison
 	}
 	if err := sup.drain(ctx, drainFor, drained); err != nil {
 		res.Problems = append(res.Problems, err.Error())
@@ -354,8 +412,11 @@ func (res *Result) failure() string {
 	if res.BalancesWrong > 0 {
 		parts = append(parts, fmt.Sprintf("%d balances wrong", res.BalancesWrong))
 	}
-	if res.InboxRows != res.Events {
-		parts = append(parts, fmt.Sprintf("the inbox holds %d rows for %d events", res.InboxRows, res.Events))
+	if want := res.Events - res.CrashPoisonSent; res.InboxRows != want {
+		parts = append(parts, fmt.Sprintf("the inbox holds %d rows for %d events that must apply", res.InboxRows, want))
+	}
+	if res.CrashPoisonDeadLettered != res.CrashPoisonSent {
+		parts = append(parts, fmt.Sprintf("%d of %d crash-poison events dead-lettered as crashed_consumer", res.CrashPoisonDeadLettered, res.CrashPoisonSent))
 	}
 	return strings.Join(parts, "; ")
 }

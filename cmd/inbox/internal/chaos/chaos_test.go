@@ -75,7 +75,12 @@ func requireExactlyOnce(t *testing.T, res *Result) {
 	require.Zero(t, res.DoubleApplied)
 	require.Zero(t, res.Lost)
 	require.Zero(t, res.BalancesWrong)
-	require.Equal(t, res.Events, res.InboxRows)
+	require.Equal(t, res.Events-res.CrashPoisonSent, res.InboxRows)
+	require.Equal(t, res.CrashPoisonSent, res.CrashPoisonDeadLettered, "crash-poison events dead-lettered as crashed_consumer")
+	if res.Transport == "kafka" {
+		require.Positive(t, res.CrashPoisonSent, "a Kafka run sends crash-poison events")
+		require.GreaterOrEqual(t, res.PoisonCrashes, res.CrashPoisonSent, "every crash-poison event took a consumer down")
+	}
 	require.GreaterOrEqual(t, res.Kills, 5)
 	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
 }
@@ -89,18 +94,36 @@ func TestChaosSQS(t *testing.T) {
 	requireExactlyOnce(t, res)
 }
 
+// TestTallyCrashPoison: a crash-poison event counts only when it was
+// dead-lettered as crashed_consumer and never applied, and a healthy event
+// that was dead-lettered is a problem.
+func TestTallyCrashPoison(t *testing.T) {
+	t.Parallel()
+	events := []event{{ID: "a", Account: 1, Amount: 10}, {ID: "p", Account: 1, Amount: 99, Crash: crashInHandler},
+		{ID: "q", Account: 2, Amount: 5, Crash: crashInGoroutine}, {ID: "h", Account: 2, Amount: 1}}
+	res := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
+	dead := map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonMaxAttempts, "h": inbox.ReasonPermanent}
+	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, res)
+	require.Equal(t, 1, res.CrashPoisonDeadLettered, "q was dead-lettered for another reason")
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.BalancesWrong, "the crash-poison amounts are not expected in the balances")
+	require.Len(t, res.Problems, 1)
+	require.Contains(t, res.Problems[0], "healthy event h")
+	require.Contains(t, res.failure(), "1 of 2 crash-poison events dead-lettered")
+}
+
 func TestTally(t *testing.T) {
 	t.Parallel()
 	events := []event{{ID: "a", Account: 1, Amount: 10}, {ID: "b", Account: 1, Amount: 5}, {ID: "c", Account: 2, Amount: 7}}
 	res := &Result{DuplicatesSkipped: 4}
-	tally(events, map[string]int{"a": 1, "b": 3}, map[int]int64{1: 20, 2: 0, 3: 1}, res)
+	tally(events, map[string]int{"a": 1, "b": 3}, map[int]int64{1: 20, 2: 0, 3: 1}, nil, res)
 	require.Equal(t, 2, res.DoubleApplied)
 	require.Equal(t, 1, res.Lost)
 	require.Equal(t, 3, res.BalancesWrong, "account 1 is 20 not 15, account 2 is 0 not 7, account 3 should not move")
 	require.Equal(t, 6, res.DuplicatesDelivered)
 
 	clean := &Result{}
-	tally(events, map[string]int{"a": 1, "b": 1, "c": 1}, map[int]int64{1: 15, 2: 7}, clean)
+	tally(events, map[string]int{"a": 1, "b": 1, "c": 1}, map[int]int64{1: 15, 2: 7}, nil, clean)
 	require.Zero(t, clean.DoubleApplied+clean.Lost+clean.BalancesWrong)
 }
 
@@ -208,6 +231,7 @@ func TestResultJSON(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		"transport", "store", "events", "kills", "restarts", "db_kills", "duplicates_delivered",
 		"duplicates_skipped", "double_applied", "lost", "ok", "seed", "reason",
+		"crash_poison_sent", "crash_poison_dead_lettered",
 	}, names)
 	require.Equal(t, false, fields["ok"])
 	require.Equal(t, float64(303), fields["seed"])

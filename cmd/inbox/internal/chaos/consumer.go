@@ -43,12 +43,31 @@ type payload struct {
 	EventID string `json:"event_id"`
 	Account int    `json:"account"`
 	Amount  int64  `json:"amount"`
+	Crash   string `json:"crash,omitempty"`
 }
 
 // body is e's payload, as the producer sends it.
 func (e event) body() []byte {
-	b, _ := json.Marshal(payload{EventID: e.ID, Account: e.Account, Amount: e.Amount})
+	b, _ := json.Marshal(payload{EventID: e.ID, Account: e.Account, Amount: e.Amount, Crash: e.Crash})
 	return b
+}
+
+// crashPoisonLine starts what a consumer prints to stderr as a crash-poison
+// event takes it down, so that the coordinator does not count the exit as a
+// problem.
+const crashPoisonLine = "crash poison: "
+
+// crash takes the process down the way how says, at once, without
+// returning: os.Exit from the handler, as a dependency might, or a panic
+// on a goroutine the handler started, which no recover in the handler's
+// caller can catch.
+func crash(how, id string) {
+	fmt.Fprintf(os.Stderr, "%s%s, event %s\n", crashPoisonLine, how, id)
+	if how == crashInGoroutine {
+		go func() { panic(crashPoisonLine + "a goroutine of the handler panicked on event " + id) }()
+		select {}
+	}
+	os.Exit(3)
 }
 
 // outcomes is an inbox.Observer that prints, for the coordinator, one line
@@ -130,6 +149,9 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := json.Unmarshal(m.Payload, &p); err != nil {
 			return inbox.Permanent(fmt.Errorf("payload: %w", err))
 		}
+		if p.Crash != "" {
+			crash(p.Crash, m.ID)
+		}
 		if err := lockAccounts(ctx, tx, accounts); err != nil {
 			return err
 		}
@@ -150,6 +172,9 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 				var p payload
 				if err := json.Unmarshal(m.Payload, &p); err != nil {
 					return inbox.Permanent(fmt.Errorf("payload: %w", err))
+				}
+				if p.Crash != "" {
+					crash(p.Crash, m.ID)
 				}
 				b.Queue(`UPDATE `+accounts+` SET balance = balance + $1 WHERE id = $2`, p.Amount, p.Account)
 				b.Queue(`INSERT INTO `+effects+` (consumer, event_id, account, amount, slot) VALUES ($1, $2, $3, $4, $5)`,

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/internal/child"
 )
 
@@ -131,12 +132,16 @@ func (s *supervisor) start(ctx context.Context, i int) (*proc, error) {
 	stdout := &lineWriter{line: s.readOutcome}
 	cmd.Stdout = stdout
 	var lastFault string
+	var poisoned bool
 	stderr := &lineWriter{line: func(line string) {
 		if pt, ok := strings.CutPrefix(line, "fault: crashing at "); ok {
 			lastFault = pt
-		} else {
-			fmt.Fprintf(s.cfg.Log, "consumer %d: %s\n", i, line)
+			return
 		}
+		if strings.HasPrefix(line, crashPoisonLine) {
+			poisoned = true
+		}
+		fmt.Fprintf(s.cfg.Log, "consumer %d: %s\n", i, line)
 	}}
 	cmd.Stderr = stderr
 	cmd.WaitDelay = reapDelay
@@ -176,6 +181,9 @@ func (s *supervisor) start(ctx context.Context, i int) (*proc, error) {
 		if lastFault != "" {
 			s.count(func(r *Result) { r.Kills++; r.KillsAt[lastFault]++ })
 			fmt.Fprintf(s.cfg.Log, "chaos: consumer %d killed itself at %s\n", i, lastFault)
+		} else if poisoned {
+			s.count(func(r *Result) { r.PoisonCrashes++ })
+			fmt.Fprintf(s.cfg.Log, "chaos: a crash-poison event took consumer %d down\n", i)
 		} else if !killedBySignal(err) {
 			s.count(func(r *Result) {
 				r.Problems = append(r.Problems, fmt.Sprintf("consumer %d exited on its own: %v", i, err))
@@ -233,6 +241,9 @@ func (s *supervisor) readOutcome(line string) {
 		if _, err := fmt.Sscanf(line, "tx %d %d", &applied, &dups); err == nil && dups > 0 {
 			s.count(func(r *Result) { r.DuplicatesSkipped += dups })
 		}
+	case strings.HasPrefix(line, "dead ") && strings.HasSuffix(line, " "+inbox.ReasonCrashedConsumer):
+		// A crash-poison event, as it must be; the check at the end
+		// makes sure that it is one (tally).
 	case strings.HasPrefix(line, "dead "):
 		s.count(func(r *Result) { r.Problems = append(r.Problems, "dead-lettered: "+line) })
 	}
