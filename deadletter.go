@@ -166,7 +166,11 @@ func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit in
 // ErrNotFound.
 func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error) {
 	d, err := c.driver.DeadLetterGet(ctx, id)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Drivers name the id in their error too: say it once.
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, ErrNotFound)
+	case err != nil:
 		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, c.classify(err))
 	}
 	return d, nil

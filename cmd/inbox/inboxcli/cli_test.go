@@ -55,6 +55,23 @@ func TestUsageErrors(t *testing.T) {
 		{"stats", "extra-arg"},
 		{"stats", "--database-url", "mysql2://x"},
 		{"migrate", "sql", "--dialect", "oracle"},
+		// A duration past 100 years, whose parts would overflow their sum.
+		{"purge", "--older-than", "36500d2000000h"},
+		{"purge", "--older-than", "100000000h"},
+		// Consumer names and ids a database would refuse with an SQL error.
+		{"purge", "--older-than", "30d", "--consumer", "\xff"},
+		{"forget", "--consumer", "bill\x00ing", "--id", "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55"},
+		{"forget", "--consumer", "billing", "--id", "nope"},
+		{"forget", "--consumer", "billing", "--id", "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55", "--id-type", "int"},
+		{"deadletters", "list", "--consumer", "bill\x00ing"},
+		// chaos and demo check their flags before they start anything.
+		{"chaos", "--transport", "rabbit"},
+		{"chaos", "--events", "-5"},
+		{"chaos", "--duplicates", "NaN"},
+		{"chaos", "--duplicates", "1.5"},
+		{"chaos", "--consumers", "0"},
+		{"chaos", "--duration", "1s"},
+		{"demo", "--database-url", "sqlite:/tmp/demo.db"},
 	} {
 		code, stdout, stderr := run(t, nil, args...)
 		require.Equal(t, 2, code, "%v: stderr %q", args, stderr)
@@ -157,7 +174,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, "not found")
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", "nope"}, db...)...)
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a malformed id is a usage mistake")
 	require.Contains(t, stderr, "not a UUID")
 
 	code, stdout, _ = run(t, env, append([]string{"stats"}, db...)...)
@@ -195,4 +212,73 @@ func TestSQLiteEffectsDB(t *testing.T) {
 	code, _, stderr = run(t, nil, "stats", "--database-url", "postgres://x", "--effects-db", dir+"/ledger.db")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--effects-db is for SQLite only")
+}
+
+// Each error says once what failed: no "chaos: chaos:", and the prefix of
+// the package under the command is not repeated.
+func TestErrorsSayItOnce(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"chaos", "--transport", "rabbit"},
+		{"demo", "--database-url", "sqlite:x.db"},
+		{"forget", "--consumer", "billing", "--id", "nope"},
+	} {
+		code, _, stderr := run(t, nil, args...)
+		require.Equal(t, 2, code, "%v", args)
+		requireOneLine(t, stderr)
+		require.False(t, strings.HasPrefix(stderr, "inbox "+args[0]+": "+args[0]+":"), "%v: %s", args, stderr)
+		require.NotContains(t, stderr, "inbox: ", "%v", args)
+	}
+}
+
+// A command that needs the inbox tables, run where they are missing, names
+// the database and the schema and says to run 'inbox migrate up'.
+func TestMissingTables(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	sqlite := "sqlite:" + t.TempDir() + "/empty.db"
+	id := "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55"
+	for _, args := range [][]string{
+		{"stats", "--schema", schema},
+		{"purge", "--older-than", "30d", "--schema", schema},
+		{"forget", "--consumer", "billing", "--id", id, "--schema", schema},
+		{"deadletters", "list", "--schema", schema},
+		{"deadletters", "show", "1", "--schema", schema},
+		{"deadletters", "delete", "1", "--schema", schema},
+		{"stats", "--database-url", sqlite},
+		{"deadletters", "list", "--database-url", sqlite},
+	} {
+		code, stdout, stderr := run(t, env, args...)
+		require.Equal(t, 1, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout, "%v", args)
+		requireOneLine(t, stderr)
+		require.Contains(t, stderr, "run 'inbox migrate up'", "%v", args)
+		if strings.HasPrefix(args[len(args)-1], "sqlite:") {
+			require.Contains(t, stderr, "the database at "+strings.TrimPrefix(sqlite, "sqlite:"), "%v", args)
+		} else {
+			require.Contains(t, stderr, fmt.Sprintf("schema %q of the database at 127.0.0.1:5432/test", schema), "%v", args)
+		}
+	}
+}
+
+// Without --database-url or DATABASE_URL, the database is the one libpq's
+// defaults and the PG* variables choose: the error names it and says so.
+func TestStatsWithoutURL(t *testing.T) {
+	schema := testdb.Schema(t)
+	cfg, err := pgx.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	t.Setenv("PGHOST", cfg.Host)
+	t.Setenv("PGPORT", fmt.Sprint(cfg.Port))
+	t.Setenv("PGUSER", cfg.User)
+	t.Setenv("PGPASSWORD", cfg.Password)
+	t.Setenv("PGDATABASE", cfg.Database)
+	t.Setenv("PGSSLMODE", "disable")
+	t.Setenv("PGOPTIONS", "-c search_path="+schema)
+	code, stdout, stderr := run(t, nil, "stats")
+	require.Equal(t, 1, code, stderr)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, fmt.Sprintf("the database at %s:%d/%s (no --database-url or DATABASE_URL", cfg.Host, cfg.Port, cfg.Database))
+	require.Contains(t, stderr, "run 'inbox migrate up'")
 }

@@ -37,7 +37,12 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		if *limit <= 0 {
 			return usagef("--limit %d: must be positive", *limit)
 		}
-		return withOps(ctx, e, &sf, func(c ops) error {
+		if *consumer != "" {
+			if err := checkConsumer(*consumer); err != nil {
+				return err
+			}
+		}
+		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
 			ds, err := c.DeadLetters(ctx, *consumer, *limit)
 			if err != nil {
 				return err
@@ -84,7 +89,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		if err != nil || id <= 0 {
 			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
-		return withOps(ctx, e, &sf, func(c ops) error {
+		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
 			if sub == "delete" {
 				if err := c.DeleteDeadLetter(ctx, id); err != nil {
 					return err
@@ -114,17 +119,20 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 	}
 }
 
-func withOps(ctx context.Context, e *Env, sf *storeFlags, fn func(c ops) error) error {
+// withOps opens the store the flags name, runs fn with a client over it
+// with cfg, and closes the store. An error that says the inbox tables are
+// missing is explained (store.explain).
+func withOps(ctx context.Context, e *Env, sf *storeFlags, cfg *inbox.Config, fn func(c ops) error) error {
 	s, err := sf.open(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c, err := s.newOps(idFormatFor(sf))
+	c, err := s.newOps(cfg)
 	if err != nil {
 		return err
 	}
-	return fn(c)
+	return s.explain(fn(c))
 }
 
 func source(d *inbox.DeadLetter) string {

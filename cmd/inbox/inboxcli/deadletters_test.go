@@ -77,7 +77,7 @@ func TestDeadLetters(t *testing.T) {
 	code, _, stderr = run(t, env, append([]string{"deadletters", "show", fmt.Sprint(list[0].ID)}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
-	require.Contains(t, stderr, "not found")
+	require.Equal(t, fmt.Sprintf("inbox deadletters: dead letter %d: not found\n", list[0].ID), stderr, "said once")
 
 	for _, args := range [][]string{{"deadletters"}, {"deadletters", "show"}, {"deadletters", "show", "x"}, {"deadletters", "purge"}} {
 		code, _, stderr := run(t, env, args...)

@@ -50,8 +50,16 @@ func parseDuration(s string) (time.Duration, error) {
 			return 0, fmt.Errorf("invalid duration %q: want a form like 30d, 12h or 1d12h", orig)
 		}
 	}
-	if days < 0 || rest < 0 || days > 100*365 {
+	// Each part is checked before the sum, which could overflow.
+	if days < 0 || rest < 0 || days > maxDays || rest > maxDuration-time.Duration(days)*24*time.Hour {
 		return 0, fmt.Errorf("invalid duration %q: must be positive and under 100 years", orig)
 	}
 	return time.Duration(days)*24*time.Hour + rest, nil
 }
+
+// maxDays bounds a duration flag: 100 years, well inside a time.Duration
+// (292 years).
+const (
+	maxDays     = 100 * 365
+	maxDuration = maxDays * 24 * time.Hour
+)
