@@ -42,7 +42,7 @@ var commands = map[string]command{
 	"stats":       {summary: "rows per consumer, the oldest row's age, the table size", run: runStats},
 	"chaos":       {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
 	"demo":        {summary: "the handler that ran twice: the common fixes for duplicates, crashed side by side", run: runDemo},
-	"deadletters": {summary: "messages that will not be applied: list, show, delete", run: runDeadLetters},
+	"deadletters": {summary: "messages that will not be applied: list, show, replay, delete", run: runDeadLetters},
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},

@@ -48,6 +48,8 @@ type ops interface {
 	DeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
 	DeadLetterGet(ctx context.Context, id int64) (*inbox.DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, id int64) error
+	MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error)
+	MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error)
 	Config() inbox.Config
 }
 
