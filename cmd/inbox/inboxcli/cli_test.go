@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -281,4 +284,50 @@ func TestStatsWithoutURL(t *testing.T) {
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, fmt.Sprintf("the database at %s:%d/%s (no --database-url or DATABASE_URL", cfg.Host, cfg.Port, cfg.Database))
 	require.Contains(t, stderr, "run 'inbox migrate up'")
+}
+
+// docs/CLI.md has a section for every command that 'inbox help' lists,
+// with its exit status and every subcommand the help names, and no section
+// for a command that does not exist.
+func TestCLIDocsCoverEveryCommand(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "CLI.md"))
+	require.NoError(t, err)
+	sections := map[string]string{}
+	heading := regexp.MustCompile("(?m)^## `inbox ([a-z-]+)`\n")
+	locs := heading.FindAllStringSubmatchIndex(string(doc), -1)
+	for i, loc := range locs {
+		end := len(doc)
+		if i+1 < len(locs) {
+			end = locs[i+1][0]
+		}
+		sections[string(doc[loc[2]:loc[3]])] = string(doc[loc[1]:end])
+	}
+
+	code, stdout, _ := run(t, nil, "help")
+	require.Equal(t, 0, code)
+	listed := map[string]bool{}
+	line := regexp.MustCompile(`(?m)^  ([a-z-]+) +(.*)$`)
+	subcommands := regexp.MustCompile(`: ([a-z]+(?:, [a-z]+)+)$`)
+	for _, m := range line.FindAllStringSubmatch(stdout, -1) {
+		name, summary := m[1], m[2]
+		listed[name] = true
+		section, ok := sections[name]
+		if !ok {
+			t.Errorf("docs/CLI.md has no section \"## `inbox %s`\"", name)
+			continue
+		}
+		require.Contains(t, section, "Exit status", "the section of %s", name)
+		// A summary that ends in ": up, down, status, sql" names the
+		// subcommands.
+		if m := subcommands.FindStringSubmatch(summary); m != nil {
+			for _, sub := range strings.Split(m[1], ", ") {
+				require.Contains(t, section, "inbox "+name+" "+sub, "the section of %s names its subcommand %s", name, sub)
+			}
+		}
+	}
+	require.True(t, listed["bench"] && listed["deadletters"], "the help lists the commands: %s", stdout)
+	for name := range sections {
+		require.True(t, listed[name], "docs/CLI.md has a section for %q, which 'inbox help' does not list", name)
+	}
 }

@@ -74,7 +74,10 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 	case "show", "delete":
 		fs := newFlags(e, "deadletters "+sub, "deadletters "+sub+" ID [flags]")
 		sf.register(fs)
-		asJSON := fs.Bool("json", false, "print one JSON object (show)")
+		asJSON := new(bool)
+		if sub == "show" {
+			asJSON = fs.Bool("json", false, "print one JSON object")
+		}
 		// Take the ID before the flags too: 'show 7 --json'.
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			args = append(args[1:], args[0])
