@@ -49,8 +49,10 @@ func run(ctx context.Context, w io.Writer, path string) error {
 	if _, err := migrator.Up(ctx); err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id INTEGER PRIMARY KEY, balance_cents INTEGER NOT NULL);
-INSERT OR IGNORE INTO accounts VALUES (1, 0)`); err != nil {
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS accounts (id INTEGER PRIMARY KEY, balance_cents INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, `INSERT OR IGNORE INTO accounts VALUES (1, 0)`); err != nil {
 		return err
 	}
 	client, err := inbox.NewClient(driver, nil)
