@@ -186,7 +186,7 @@ type IDType string
 
 const (
 	// IDTypeUUID stores ids in a uuid column (or the dialect's closest
-	// equivalent). It is the default and the seed's schema.
+	// equivalent). It is the default.
 	IDTypeUUID IDType = "uuid"
 	// IDTypeText stores ids as text of at most MaxTextIDLen bytes, for
 	// producers whose event ids are ULIDs or opaque strings.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -32,6 +33,22 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
+	}
+	// The same bounds as chaos.Run's, checked here so that a mistake is a
+	// usage error (exit 2) and starts nothing.
+	switch {
+	case *transport != "kafka" && *transport != "sqs":
+		return usagef("--transport %q: want kafka or sqs", *transport)
+	case *consumers < 1 || *consumers > 16:
+		return usagef("--consumers %d: want 1 to 16", *consumers)
+	case *events < 1 || *events > 1_000_000:
+		return usagef("--events %d: want 1 to 1,000,000", *events)
+	case *accounts < 1:
+		return usagef("--accounts %d: want at least 1", *accounts)
+	case math.IsNaN(*dups) || *dups < 0 || *dups > 1:
+		return usagef("--duplicates %v: want a fraction between 0 and 1", *dups)
+	case duration.d < 5*time.Second || duration.d > 24*time.Hour:
+		return usagef("--duration %v: want 5s to 24h", duration.d)
 	}
 	url := *databaseURL
 	if url == "" {
