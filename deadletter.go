@@ -166,7 +166,11 @@ func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit in
 // ErrNotFound.
 func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error) {
 	d, err := c.driver.DeadLetterGet(ctx, id)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// Drivers name the id in their error too: say it once.
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, ErrNotFound)
+	case err != nil:
 		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, c.classify(err))
 	}
 	return d, nil
@@ -175,7 +179,8 @@ func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*DeadLetter,
 // ReplayDeadLetter processes a stored dead letter with h, for its consumer,
 // exactly as Process would, and deletes it once it is Applied or found to be
 // a Duplicate. A dead letter that had no valid id cannot be replayed: fix
-// the producer and publish it again.
+// the producer and publish it again. To replay the dead letters an operator
+// marked ('inbox deadletters replay'), use ReplayDeadLetters.
 func (c *Client[TTx]) ReplayDeadLetter(ctx context.Context, id int64, h Handler[TTx]) (Outcome, error) {
 	d, err := c.DeadLetterGet(ctx, id)
 	if err != nil {
@@ -184,16 +189,7 @@ func (c *Client[TTx]) ReplayDeadLetter(ctx context.Context, id int64, h Handler[
 	if d.MessageID == "" {
 		return 0, fmt.Errorf("inbox: replay dead letter %d: %w: fix the producer and publish it again", id, ErrNoMessageID)
 	}
-	msg := Message{
-		ID:      d.MessageID,
-		Payload: d.Payload,
-		Headers: d.Headers,
-		Source: Source{
-			Transport: d.Transport, Queue: d.Queue, Partition: d.Partition,
-			Offset: d.Offset, BrokerID: d.BrokerID, Key: d.Key,
-		},
-	}
-	outcome, err := c.Process(ctx, d.Consumer, msg, h)
+	outcome, err := c.Process(ctx, d.Consumer, deadLetterMessage(d), h)
 	if err != nil {
 		return 0, fmt.Errorf("inbox: replay dead letter %d: %w", id, err)
 	}

@@ -80,6 +80,15 @@
 // and refuse a window shorter than [Config.ReplayHorizon]: a replay inside
 // the horizon would look new.
 //
+// # Dead letters
+//
+// A message that will not be applied (no id, a permanent error, its attempts
+// used up) is stored with its reason by [Client.DeadLetter], and then acked.
+// [Client.ReplayDeadLetter] replays one with the consumer's handler. An
+// operator marks dead letters for replay ('inbox deadletters replay'), and
+// [Client.ReplayDeadLetters], called where the handler lives, replays the
+// marked ones; the claim makes each replay apply at most once.
+//
 // # What it is not
 //
 // The inbox is a done set, not a work lease, and it holds no in-progress

@@ -145,6 +145,25 @@ type Admin interface {
 	// existed.
 	DeadLetterDelete(ctx context.Context, id int64) (bool, error)
 
+	// Takeover records, in its own short transaction, that p.Consumer took
+	// over p.Source and that the message at p.Position comes first. It
+	// returns how many takeovers in a row have found that same position
+	// first with its message started (TakeoverStart) and never got past
+	// it, plus one for this takeover (1 when the recorded position differs
+	// or there was none), and whether a record existed before: a record
+	// that TakeoverDone did not clear means the owner before died. The
+	// record is left not started.
+	Takeover(ctx context.Context, p *TakeoverParams) (n int, existed bool, err error)
+
+	// TakeoverStart records that the owner of p.Source is about to run
+	// the message at p.Position: a crash from now on counts against it. A
+	// record at another position moves to p.Position with a count of 1.
+	TakeoverStart(ctx context.Context, p *TakeoverParams) error
+
+	// TakeoverDone clears the record of p.Source if its position is still
+	// p.Position: the owner got past it, or stopped cleanly.
+	TakeoverDone(ctx context.Context, p *TakeoverParams) error
+
 	// WithMigrationLock runs fn while holding a lock that excludes every
 	// other migrator of the same tables. It waits for the lock.
 	WithMigrationLock(ctx context.Context, fn func(ctx context.Context) error) error
@@ -176,7 +195,7 @@ type IDType string
 
 const (
 	// IDTypeUUID stores ids in a uuid column (or the dialect's closest
-	// equivalent). It is the default and the seed's schema.
+	// equivalent). It is the default.
 	IDTypeUUID IDType = "uuid"
 	// IDTypeText stores ids as text of at most MaxTextIDLen bytes, for
 	// producers whose event ids are ULIDs or opaque strings.
@@ -202,6 +221,10 @@ type Tables struct {
 	Effects string
 	// Migrations records applied migrations. Defaults to "inbox_migrations".
 	Migrations string
+	// Takeovers counts, per consumer and source (a Kafka partition), the
+	// takeovers that found the same message first: a message that crashes
+	// its consumer every time. Defaults to "inbox_takeovers".
+	Takeovers string
 	// IDType is the type of the message_id column. Defaults to IDTypeUUID.
 	IDType IDType
 }
@@ -212,6 +235,7 @@ const (
 	DefaultDeadLettersTable = "inbox_dead_letters"
 	DefaultEffectsTable     = "inbox_effects"
 	DefaultMigrationsTable  = "inbox_migrations"
+	DefaultTakeoversTable   = "inbox_takeovers"
 )
 
 // WithDefaults returns t with empty fields set to their defaults.
@@ -227,6 +251,9 @@ func (t Tables) WithDefaults() Tables {
 	}
 	if t.Migrations == "" {
 		t.Migrations = DefaultMigrationsTable
+	}
+	if t.Takeovers == "" {
+		t.Takeovers = DefaultTakeoversTable
 	}
 	if t.IDType == "" {
 		t.IDType = IDTypeUUID
@@ -338,6 +365,17 @@ type DeadLetter struct {
 	// dead-lettered. On a write, LastSeen is the time of this write.
 	FirstSeen time.Time
 	LastSeen  time.Time
+}
+
+// TakeoverParams name a source of messages that one consumer owns at a
+// time, such as a Kafka partition, and a position in it.
+type TakeoverParams struct {
+	Consumer string
+	// Source names the source, such as "kafka:orders/3".
+	Source string
+	// Position is the message's position in the source, such as its
+	// offset.
+	Position int64
 }
 
 // DeadLetterListParams filter a listing of dead letters.

@@ -67,6 +67,7 @@ func (t Tables) named() []namedTable {
 	return []namedTable{
 		{"Inbox", t.Inbox}, {"DeadLetters", t.DeadLetters},
 		{"Effects", t.Effects}, {"Migrations", t.Migrations},
+		{"Takeovers", t.Takeovers},
 	}
 }
 

@@ -17,6 +17,7 @@ const (
 	DefaultMaxPollRecords = 1000
 	DefaultMaxBuffered    = 1000
 	DefaultMaxAttempts    = 10
+	DefaultMaxCrashes     = 3
 	DefaultMinBackoff     = 100 * time.Millisecond
 	DefaultMaxBackoff     = 10 * time.Second
 	DefaultDrainTimeout   = 10 * time.Second
@@ -66,6 +67,23 @@ type Config struct {
 	// failure while the streak breaker is open (inbox.Breaker) are not.
 	// Defaults to DefaultMaxAttempts (10).
 	MaxAttempts int
+
+	// MaxCrashes bounds a record that takes its consumer down without
+	// returning an error (an out-of-memory kill, a panic on a goroutine
+	// the handler started, os.Exit in a dependency), which no attempt
+	// count in memory can see. When a consumer takes a partition it
+	// records, in the store's takeover ledger, the record it is about to
+	// process first, and clears that only when it stops cleanly; once the
+	// same record has been the first after MaxCrashes takeovers in a row
+	// that found the owner before gone down, it is dead-lettered with
+	// inbox.ReasonCrashedConsumer, without running its handler, and the
+	// partition moves on. After any crash the next owner processes
+	// 2×MaxBatch records one at a time, each offset committed at once, so
+	// that a crash is pinned to its record and the healthy records around
+	// it are applied. In steady state it costs one write per takeover and
+	// one at a clean stop, none per record. Negative turns the bound off.
+	// Defaults to DefaultMaxCrashes (3).
+	MaxCrashes int
 
 	// MinBackoff is the first wait before a failed record is tried
 	// again, and before a failed offset commit is sent again. The wait
@@ -124,6 +142,9 @@ func (c *Config) withDefaults() Config {
 	}
 	if out.MaxAttempts == 0 {
 		out.MaxAttempts = DefaultMaxAttempts
+	}
+	if out.MaxCrashes == 0 {
+		out.MaxCrashes = DefaultMaxCrashes
 	}
 	if out.MinBackoff == 0 {
 		out.MinBackoff = DefaultMinBackoff

@@ -30,6 +30,10 @@ type Consumer[TTx any] struct {
 	startMu sync.Mutex
 	started bool
 
+	// suspectMu runs the records that partitions run one at a time after
+	// a crash one at a time across the consumer too (see takeover.go).
+	suspectMu sync.Mutex
+
 	// rebalanceMu serialises revokes, losses and Run's shutdown, which
 	// each stop partitions and commit for them.
 	rebalanceMu sync.Mutex

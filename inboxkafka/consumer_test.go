@@ -83,16 +83,34 @@ func TestMembersJoinAndLeaveUnderLoad(t *testing.T) {
 func TestRevokeCommitsBeforeTheRebalance(t *testing.T) {
 	forEachProtocol(t, func(t *testing.T, proto protocol) {
 		e := newEnv(t, proto, envOpts{partitions: 6})
-		evs := events(1200, 60)
+		evs := events(3000, 60)
 		var ta, tb tally
 		cfg := consumerConfig()
 		cfg.MaxBatch = 10
 		cfg.OnResult = ta.observe
 		a := e.start("a", cfg, e.handler())
-		e.produce(evs)
+		sent := 600
+		e.produce(evs[:sent])
 		e.waitApplied(100, time.Minute)
 		cfg.OnResult = tb.observe
 		b := e.start("b", cfg, e.handler())
+		// However long the rebalance takes, keep a few records coming, one
+		// chunk whenever the consumers have caught up, until one reaches b:
+		// a fast a must not drain the topic before b has partitions.
+		waitFor(t, 2*time.Minute, "a partition to move to the new member", func() (bool, error) {
+			if tb.applied.Load() > 0 {
+				return true, nil
+			}
+			applied, err := e.appliedCount()
+			if err != nil || applied < sent || sent == len(evs) {
+				return false, err
+			}
+			next := min(sent+6, len(evs))
+			e.produce(evs[sent:next])
+			sent = next
+			return false, nil
+		})
+		evs = evs[:sent]
 		e.waitApplied(len(evs), 2*time.Minute)
 		e.waitCommittedToEnd(time.Minute)
 		b.stop(t)

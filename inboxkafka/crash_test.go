@@ -50,6 +50,9 @@ const (
 	childSchema   = "INBOXKAFKA_CHILD_SCHEMA"
 	childPoint    = "INBOXKAFKA_CHILD_POINT"
 	childHit      = "INBOXKAFKA_CHILD_HIT"
+	// childPoison is an event id whose handler kills the child, every
+	// time, without returning an error.
+	childPoison = "INBOXKAFKA_CHILD_POISON"
 )
 
 // Lines the child prints.
@@ -132,12 +135,108 @@ func TestCrashAfterEffectBeforeDatabaseCommit(t *testing.T) {
 	})
 }
 
-// crashChild runs the child until it kills itself at the hit-th time point
-// is reached, and returns its output.
-func (e *env) crashChild(point fault.Point, hit int) string {
+// TestCrashPoisonIsDeadLettered is issue 23's case: a record whose handler
+// takes the whole process down (here it SIGKILLs its own process) would
+// crash every consumer that takes the partition, forever, since no error
+// ever counts an attempt. With the takeover ledger, once the record has
+// been first after MaxCrashes takeovers that found the owner before gone
+// down, the next consumer dead-letters it without running its handler, and
+// the records after it in the same partition are applied once.
+func TestCrashPoisonIsDeadLettered(t *testing.T) {
+	proto := protocols[0]
+	e := newEnv(t, proto, envOpts{partitions: 1, session: 2 * time.Second})
+	evs := events(60, 6)
+	poison := evs[25].id
+	e.produce(evs)
+
+	deadLettered := func() (*inbox.DeadLetter, error) {
+		dls, err := e.client.DeadLetters(context.Background(), "billing", 10)
+		if err != nil || len(dls) == 0 {
+			return nil, err
+		}
+		return dls[0], nil
+	}
+	var crashes int
+	for {
+		dl, err := deadLettered()
+		require.NoError(t, err)
+		if dl != nil {
+			break
+		}
+		require.Less(t, crashes, 3*inboxkafka.DefaultMaxCrashes+4, "the poison record was not dead-lettered after %d crashes", crashes)
+		if e.poisonChild(poison, func() bool { dl, err := deadLettered(); return err == nil && dl != nil }) {
+			crashes++
+		}
+	}
+	dl, err := deadLettered()
+	require.NoError(t, err)
+	require.Equal(t, inbox.ReasonCrashedConsumer, dl.Reason)
+	require.Equal(t, poison, dl.MessageID)
+	require.Equal(t, inboxkafka.DefaultMaxCrashes, dl.Attempts, "the dead letter carries how many takeovers the record crashed")
+	require.GreaterOrEqual(t, crashes, inboxkafka.DefaultMaxCrashes)
+
+	var tl tally
+	cfg := consumerConfig()
+	cfg.OnResult = tl.observe
+	r := e.start("survivor", cfg, e.handler())
+	healthy := make([]string, 0, len(evs)-1)
+	for _, id := range ids(evs) {
+		if id != poison {
+			healthy = append(healthy, id)
+		}
+	}
+	e.waitApplied(len(healthy), 2*time.Minute)
+	e.waitCommittedToEnd(time.Minute)
+	r.stop(t)
+	e.requireExactlyOnce(healthy)
+	require.Zero(t, e.effectCounts()[poison], "the poison record was applied")
+	t.Logf("the poison record crashed %d consumers and was dead-lettered; %d healthy records applied once", crashes, len(healthy))
+}
+
+// poisonChild runs a child whose handler kills it on the record with id
+// poison. It returns true when the child died of its SIGKILL, and false when
+// done reported true first (the child got past the record), after killing
+// the child.
+func (e *env) poisonChild(poison string, done func() bool) bool {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	cmd := e.child(context.Background(), "", 0)
+	cmd.Env = append(cmd.Env, childPoison+"="+poison)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	require.NoError(e.t, cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(2 * time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			text := out.String()
+			require.NotContains(e.t, text, "WARNING: DATA RACE", "the child found a data race")
+			require.Contains(e.t, text, crashLine+"poison", "the child did not die on the poison record: %v\n%s", err, text)
+			e.waitChildGone()
+			return true
+		case <-tick.C:
+			if done() {
+				_ = cmd.Process.Kill()
+				<-exited
+				e.waitChildGone()
+				return false
+			}
+		case <-deadline:
+			_ = cmd.Process.Kill()
+			<-exited
+			e.t.Fatalf("the child neither died nor got past the poison record within 2m:\n%s", out.String())
+		}
+	}
+}
+
+// child returns the command of a child consumer of the test's topic, with a
+// fault hook that kills it at the hit-th time point is reached, if point is
+// set. ctx kills it.
+func (e *env) child(ctx context.Context, point fault.Point, hit int) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0])
 	cmd.Env = append(os.Environ(),
 		childEnv+"=1",
@@ -151,6 +250,16 @@ func (e *env) crashChild(point fault.Point, hit int) string {
 		childPoint+"="+string(point),
 		childHit+"="+strconv.Itoa(hit),
 	)
+	return cmd
+}
+
+// crashChild runs the child until it kills itself at the hit-th time point
+// is reached, and returns its output.
+func (e *env) crashChild(point fault.Point, hit int) string {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := e.child(ctx, point, hit)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -237,7 +346,14 @@ func crashChild() error {
 		return err
 	}
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	poison := os.Getenv(childPoison)
 	h := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+		if poison != "" && msg.ID == poison {
+			fmt.Println(crashLine + "poison")
+			self, _ := os.FindProcess(os.Getpid())
+			_ = self.Kill()
+			select {}
+		}
 		if err := effect(ctx, effects, tx, msg); err != nil {
 			return err
 		}
@@ -262,6 +378,9 @@ func crashChild() error {
 	}
 	var hits atomic.Int64
 	ctx = fault.WithHook(ctx, func(p fault.Point) {
+		if point == "" {
+			return
+		}
 		if p != point || hits.Add(1) != int64(hit) {
 			return
 		}

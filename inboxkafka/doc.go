@@ -104,6 +104,23 @@
 // breaker pauses every partition and probes instead of using up their
 // attempts (Consumer.Breaker shows its state).
 //
+// # Records that crash the consumer
+//
+// A handler can take the whole process down without returning an error: an
+// out-of-memory kill on a huge payload, a panic on a goroutine it started, a
+// segfault in a cgo library, os.Exit in a dependency. Kafka counts no
+// deliveries, and the attempts above live in memory, so such a record would
+// crash every owner of its partition forever. The consumer keeps a durable
+// count in the store's takeover ledger (migration 004, inbox_takeovers):
+// one write when it takes a partition, one when it stops cleanly, none per
+// record. After Config.MaxCrashes takeovers in a row that found the record
+// first and the owner before gone down, the record is dead-lettered with
+// inbox.ReasonCrashedConsumer, without running its handler, its attempts
+// being the crash count, and the partition moves on. After any crash the
+// next owner processes 2×MaxBatch records one at a time, so that the crash
+// is pinned to its record and the records around it are applied. Replaying
+// the dead letter runs the handler again, deliberately.
+//
 // # Keys
 //
 // Config.Key, the KeyFunc that reads the producer's event id, is required:

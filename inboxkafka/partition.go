@@ -42,6 +42,15 @@ type partition struct {
 	// attempts counts the retryable failures of records, by offset. Only
 	// the worker touches it.
 	attempts map[int64]int
+
+	// The takeover ledger's state, which only the worker touches:
+	// recorded is the position of the ledger's record for this
+	// partition, or -1 when it holds none of this worker's; started is
+	// the position recorded as started, or -1; suspect is how many more
+	// records to process one at a time after a crash.
+	recorded int64
+	started  int64
+	suspect  int
 }
 
 func newPartition(parent context.Context, tp topicPartition, gen uint64) *partition {
@@ -55,6 +64,8 @@ func newPartition(parent context.Context, tp topicPartition, gen uint64) *partit
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		attempts: make(map[int64]int),
+		recorded: -1,
+		started:  -1,
 	}
 }
 
@@ -145,22 +156,47 @@ func (p *partition) sleep(d time.Duration) bool {
 // offset order, a batch at a time, until it is stopped.
 func (c *Consumer[TTx]) work(p *partition) {
 	defer close(p.done)
+	defer c.takeoverStop(p)
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	resume := func() { c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}}) }
+	first := true
 	for {
 		batch, ok := p.take(c.cfg.MaxBatch, c.cfg.MaxBuffered, resume)
 		if !ok {
 			return
 		}
+		if first {
+			first = false
+			if batch, ok = c.takeover(p, batch, &bo); !ok {
+				return
+			}
+		}
 		for len(batch) > 0 {
-			// While the streak breaker is open, every partition waits.
+			// While the streak breaker is open, every partition waits,
+			// before it takes the lock of the records run one at a time.
 			if d := c.breaker.Paused(); d > 0 && !p.sleep(d) {
 				return
 			}
-			n, wait := c.attempt(p, batch)
+			step := batch
+			suspect := p.suspect > 0
+			if suspect {
+				step = batch[:1]
+				c.suspectMu.Lock()
+			}
+			if !c.beforeRun(p, step[0], &bo) {
+				if suspect {
+					c.suspectMu.Unlock()
+				}
+				return
+			}
+			n, wait := c.attempt(p, step)
+			if suspect {
+				c.suspectMu.Unlock()
+			}
 			batch = batch[n:]
 			if n > 0 {
 				bo.reset()
+				c.afterDone(p, step[n-1])
 			}
 			if len(batch) == 0 {
 				break

@@ -6,7 +6,7 @@
 // records it, under a store-wide lock, so two processes migrating at once
 // apply each migration once. (MySQL commits DDL implicitly, so there a
 // migration and its row are not atomic; every statement is written to be
-// safe to run again.)
+// safe to run again, or is skipped when its change is found in place.)
 //
 // Teams that run their own migration tool can print the same SQL with
 // [Render] for goose or golang-migrate.
@@ -63,7 +63,14 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Info, error) {
 				continue
 			}
 			err := m.admin.MigrationTx(ctx, func(ctx context.Context, q inboxdriver.Querier) error {
+				present, checked, err := m.s.inStore(ctx, q, mg)
+				if err != nil {
+					return err
+				}
 				for _, stmt := range mg.up(m.s) {
+					if checked && present {
+						break // made by an earlier run that did not record it
+					}
 					if err := q.Exec(ctx, stmt); err != nil {
 						return err
 					}
@@ -93,7 +100,14 @@ func (m *Migrator) Down(ctx context.Context, version int) ([]Info, error) {
 				continue
 			}
 			err := m.admin.MigrationTx(ctx, func(ctx context.Context, q inboxdriver.Querier) error {
+				present, checked, err := m.s.inStore(ctx, q, mg)
+				if err != nil {
+					return err
+				}
 				for _, stmt := range mg.down(m.s) {
+					if checked && !present {
+						break // undone by an earlier run that did not record it
+					}
 					if err := q.Exec(ctx, stmt); err != nil {
 						return err
 					}

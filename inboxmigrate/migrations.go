@@ -1,6 +1,7 @@
 package inboxmigrate
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -13,6 +14,12 @@ type migration struct {
 	name    string
 	up      func(s *schema) []string
 	down    func(s *schema) []string
+	// applied, if set, returns a query whose one integer is nonzero when
+	// the change is already in the store, or "" where the dialect needs no
+	// such check. MySQL commits each DDL statement at once, so a crash can
+	// leave a change made without its version row; where a statement cannot
+	// say IF NOT EXISTS, up and down then skip their statements by it.
+	applied func(s *schema) (query string, args []any)
 }
 
 // schema renders identifiers and column types for one dialect and one set
@@ -237,6 +244,104 @@ var migrations = []migration{
 			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Effects)}
 		},
 	},
+	{
+		// The takeover ledger: per consumer and source (a Kafka partition),
+		// the position of the first message after the last takeover, how
+		// many takeovers in a row found it first after it had started, and
+		// whether it has started since. One row per source; written at a
+		// takeover, when its first message starts, and at a clean stop,
+		// never per message.
+		version: 4,
+		name:    "takeovers",
+		up: func(s *schema) []string {
+			tk := s.table(s.t.Takeovers)
+			switch s.d {
+			case inboxdriver.DialectPostgres:
+				return []string{`CREATE TABLE IF NOT EXISTS ` + tk + ` (
+    consumer_name text COLLATE "C" NOT NULL,
+    source        text COLLATE "C" NOT NULL,
+    position      bigint      NOT NULL,
+    takeovers     integer     NOT NULL,
+    started       boolean     NOT NULL DEFAULT false,
+    updated_at    timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (consumer_name, source)
+)`}
+			case inboxdriver.DialectMySQL:
+				return []string{`CREATE TABLE IF NOT EXISTS ` + tk + ` (
+    consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    source        VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+    position      BIGINT      NOT NULL,
+    takeovers     INT         NOT NULL,
+    started       BOOLEAN     NOT NULL DEFAULT FALSE,
+    updated_at    DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+    PRIMARY KEY (consumer_name, source)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`}
+			default:
+				return []string{`CREATE TABLE IF NOT EXISTS ` + tk + ` (
+    consumer_name TEXT    NOT NULL,
+    source        TEXT    NOT NULL,
+    position      INTEGER NOT NULL,
+    takeovers     INTEGER NOT NULL,
+    started       INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (consumer_name, source)
+) WITHOUT ROWID`}
+			}
+		},
+		down: func(s *schema) []string {
+			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Takeovers)}
+		},
+	},
+	{
+		// When an operator asked for a dead letter to be replayed
+		// (inboxdriver.ReplayStore): the application replays the marked
+		// ones with its handler. No index: the dead letters of a consumer
+		// are found by the unique key's first column.
+		version: 5,
+		name:    "dead_letter_replay",
+		up: func(s *schema) []string {
+			dl := s.table(s.t.DeadLetters)
+			switch s.d {
+			case inboxdriver.DialectPostgres:
+				return []string{`ALTER TABLE ` + dl + ` ADD COLUMN IF NOT EXISTS replay_requested_at timestamptz`}
+			case inboxdriver.DialectMySQL:
+				return []string{`ALTER TABLE ` + dl + ` ADD COLUMN replay_requested_at DATETIME(6) NULL`}
+			default: // SQLite: Unix time in microseconds.
+				return []string{`ALTER TABLE ` + dl + ` ADD COLUMN replay_requested_at INTEGER`}
+			}
+		},
+		down: func(s *schema) []string {
+			dl := s.table(s.t.DeadLetters)
+			if s.d == inboxdriver.DialectPostgres {
+				return []string{`ALTER TABLE ` + dl + ` DROP COLUMN IF EXISTS replay_requested_at`}
+			}
+			return []string{`ALTER TABLE ` + dl + ` DROP COLUMN replay_requested_at`}
+		},
+		applied: func(s *schema) (string, []any) {
+			if s.d != inboxdriver.DialectMySQL {
+				return "", nil // Postgres says IF NOT EXISTS; SQLite's DDL is transactional
+			}
+			return `SELECT COUNT(*) FROM information_schema.COLUMNS
+ WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND column_name = 'replay_requested_at'`,
+				[]any{s.t.Schema, s.t.DeadLetters}
+		},
+	},
+}
+
+// inStore runs mg's applied query, if it has one for the dialect: checked
+// is false when it has none.
+func (s *schema) inStore(ctx context.Context, q inboxdriver.Querier, mg migration) (present, checked bool, err error) {
+	if mg.applied == nil {
+		return false, false, nil
+	}
+	query, args := mg.applied(s)
+	if query == "" {
+		return false, false, nil
+	}
+	n, err := q.QueryInts(ctx, query, args...)
+	if err != nil {
+		return false, true, err
+	}
+	return len(n) == 1 && n[0] > 0, true, nil
 }
 
 // versionTable renders the statements that create the table of applied

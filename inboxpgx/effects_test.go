@@ -53,7 +53,8 @@ func TestEffectsTextIDs(t *testing.T) {
 	require.Empty(t, es, "ledger entries after the purge")
 }
 
-// TestMigrateEffectsDownAndUp reverts migration 003 and applies it again.
+// TestMigrateEffectsDownAndUp reverts migration 003 (and the later ones)
+// and applies it again.
 func TestMigrateEffectsDownAndUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -62,12 +63,13 @@ func TestMigrateEffectsDownAndUp(t *testing.T) {
 	require.NoError(t, err)
 	down, err := m.Down(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects"}}, down)
+	require.Equal(t, []inboxmigrate.Info{{Version: 5, Name: "dead_letter_replay"}, {Version: 4, Name: "takeovers"}, {Version: 3, Name: "effects"}}, down)
 	_, err = d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
 	require.Error(t, err, "the ledger table should be gone")
 	up, err := m.Up(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects", Applied: true}}, up)
+	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects", Applied: true}, {Version: 4, Name: "takeovers", Applied: true},
+		{Version: 5, Name: "dead_letter_replay", Applied: true}}, up)
 	es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
 	require.NoError(t, err)
 	require.Empty(t, es)

@@ -14,6 +14,9 @@ type queries struct {
 	deadLetter               string
 	deadLetters, deadLetter1 string
 	deadLetterDelete         string
+	// The replay requests' statements (inboxdriver.ReplayStore).
+	deadLetterMarkOne, deadLetterMarkAll string
+	deadLettersMarked, deadLetterUnmark  string
 
 	effectInsert, effectLock, effectRestart string
 	effectDone, effectFailed, effectResolve string
@@ -88,6 +91,13 @@ ON CONFLICT (consumer_name, dedup_key) DO UPDATE
  WHERE ($1 = '' OR consumer_name = $1) ORDER BY last_seen_at DESC, id DESC LIMIT $2`,
 		deadLetter1:      `SELECT ` + dlCols + ` FROM ` + dl + ` WHERE id = $1`,
 		deadLetterDelete: `DELETE FROM ` + dl + ` WHERE id = $1`,
+		deadLetterMarkOne: `UPDATE ` + dl + ` SET replay_requested_at = $1
+ WHERE id = $2 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
+		deadLetterMarkAll: `UPDATE ` + dl + ` SET replay_requested_at = $1
+ WHERE consumer_name = $2 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
+		deadLettersMarked: `SELECT ` + dlCols + ` FROM ` + dl + `
+ WHERE consumer_name = $1 AND replay_requested_at IS NOT NULL ORDER BY replay_requested_at, id LIMIT $2`,
+		deadLetterUnmark: `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = $1 AND replay_requested_at IS NOT NULL`,
 
 		effectInsert: `INSERT INTO ` + effects + ` (consumer_name, message_id, step, state, attempts, started_at)
 VALUES ($1, $2, $3, 'started', 1, $4)

@@ -37,6 +37,9 @@ type queries struct {
 	deadLetters1, deadLetters2 string // without and with a consumer filter
 	deadLetterGet              string
 	deadLetterDelete           string
+	// The replay requests' statements (inboxdriver.ReplayStore).
+	deadLetterMarkOne, deadLetterMarkAll string
+	deadLettersMarked, deadLetterUnmark  string
 }
 
 // now renders the database's clock in the type of the processed_at column:
@@ -207,6 +210,12 @@ ON DUPLICATE KEY UPDATE reason = VALUES(reason), error_text = VALUES(error_text)
 	q.deadLetters2 = sel + ` WHERE consumer_name = ` + q.ph(1) + ` ORDER BY last_seen_at DESC, id DESC LIMIT ` + q.ph(2)
 	q.deadLetterGet = sel + ` WHERE id = ` + q.ph(1)
 	q.deadLetterDelete = `DELETE FROM ` + dl + ` WHERE id = ` + q.ph(1)
+	const markable = ` AND message_id IS NOT NULL AND replay_requested_at IS NULL`
+	q.deadLetterMarkOne = `UPDATE ` + dl + ` SET replay_requested_at = ` + q.ph(1) + ` WHERE id = ` + q.ph(2) + markable
+	q.deadLetterMarkAll = `UPDATE ` + dl + ` SET replay_requested_at = ` + q.ph(1) + ` WHERE consumer_name = ` + q.ph(2) + markable
+	q.deadLettersMarked = sel + ` WHERE consumer_name = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL
+ ORDER BY replay_requested_at, id LIMIT ` + q.ph(2)
+	q.deadLetterUnmark = `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL`
 	return q
 }
 

@@ -75,6 +75,16 @@
 // breaker is open (inbox.Config.StreakLimit distinct messages in a row
 // failed alike: receiving pauses, then probes).
 //
+// A message whose handler takes the process down without returning an
+// error (an out-of-memory kill, os.Exit in a dependency) never reaches the
+// adapter's bound above: the process dies before it decides. SQS bounds it
+// itself, by ApproximateReceiveCount: give the queue a redrive policy whose
+// maxReceiveCount is above Config.MaxReceives (so that failures the
+// adapter sees are dead-lettered into the inbox's store first, with their
+// error), and SQS moves a message that crashed its consumers that many
+// times to the queue's dead-letter queue. Without a redrive policy SQS
+// redelivers it until its retention period ends.
+//
 // # FIFO queues
 //
 // A queue whose URL ends in ".fifo" is consumed in order per

@@ -10,6 +10,10 @@ replace github.com/txinbox/inbox/inboxkafka => ../../inboxkafka
 
 replace github.com/txinbox/inbox/inboxsqs => ../../inboxsqs
 
+replace github.com/txinbox/inbox/inboxnats => ../../inboxnats
+
+replace github.com/txinbox/inbox/inboxrabbit => ../../inboxrabbit
+
 replace github.com/txinbox/inbox/inboxsql/inboxsqlite => ../../inboxsql/inboxsqlite
 
 replace github.com/txinbox/inbox/inboxsql/inboxmysql => ../../inboxsql/inboxmysql
@@ -23,14 +27,18 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/redis/go-redis/v9 v9.23.0
+	github.com/nats-io/nats-server/v2 v2.15.3
+	github.com/nats-io/nats.go v1.56.0
+	github.com/rabbitmq/amqp091-go v1.17.0
 	github.com/sirupsen/logrus v1.9.0
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxkafka v0.0.0-00010101000000-000000000000
+	github.com/txinbox/inbox/inboxnats v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxpgx v0.0.0-00010101000000-000000000000
+	github.com/txinbox/inbox/inboxrabbit v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxsql/inboxmysql v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxsql/inboxpostgres v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxsql/inboxsqlite v0.0.0-00010101000000-000000000000
@@ -39,28 +47,34 @@ require (
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/aws/aws-sdk-go-v2/internal/configsources v1.5.12 // indirect
 	github.com/aws/aws-sdk-go-v2/internal/endpoints/v2 v2.8.12 // indirect
 	github.com/aws/smithy-go v1.28.9 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/mux v1.8.0 // indirect
 	github.com/gorilla/schema v1.4.1 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
+	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/mitchellh/copystructure v1.2.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
+	github.com/nats-io/jwt/v2 v2.8.3 // indirect
+	github.com/nats-io/nkeys v0.4.17 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/time v0.16.0 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect

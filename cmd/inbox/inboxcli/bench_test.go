@@ -10,9 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/txinbox/inbox/cmd/inbox/internal/bench"
+	"github.com/txinbox/inbox/cmd/inbox/internal/redis"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -111,11 +110,19 @@ func TestBenchQuickJSON(t *testing.T) {
 	require.NoError(t, testPool(t).QueryRow(context.Background(),
 		`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, rep.Settings.Schema).Scan(&n))
 	require.Zero(t, n, "schema %s was not dropped", rep.Settings.Schema)
-	rdb := redis.NewClient(&redis.Options{Addr: bench.DefaultRedisAddr})
-	defer rdb.Close()
-	keys, _, err := rdb.Scan(context.Background(), 0, "inbox-bench:"+rep.Settings.Schema+":*", 1000).Result()
+	rdb, err := redis.Dial(context.Background(), bench.DefaultRedisAddr, 1)
 	require.NoError(t, err)
-	require.Empty(t, keys, "Redis keys of the run were not deleted")
+	defer rdb.Close()
+	var cursor uint64
+	for range 100_000 {
+		keys, next, err := rdb.Scan(context.Background(), cursor, "inbox-bench:"+rep.Settings.Schema+":*", 1000)
+		require.NoError(t, err)
+		require.Empty(t, keys, "Redis keys of the run were not deleted")
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	require.Zero(t, cursor, "the scan of Redis did not finish")
 }
 
 // TestBenchMarkdown checks that a run without --json prints Markdown

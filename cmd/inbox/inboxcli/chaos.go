@@ -3,9 +3,9 @@ package inboxcli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"sort"
@@ -21,17 +21,34 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	sqsEndpoint := fs.String("sqs-endpoint", "", "a real SQS endpoint URL")
 	databaseURL := fs.String("database-url", "", "the store: postgres://… (default: $DATABASE_URL, then the local test server)")
 	duration := durationFlag{d: chaos.DefaultDuration}
-	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same (default 1m0s)")
+	fs.Var(&duration, "duration", "how long to inject faults; the drain after it is bounded by the same, or by what redelivery needs if longer (default 1m0s)")
 	events := fs.Int("events", chaos.DefaultEvents, "distinct events to produce")
 	consumers := fs.Int("consumers", chaos.DefaultConsumers, "consumer processes in the group")
 	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
 	dups := fs.Float64("duplicates", chaos.DefaultDuplicates, "fraction of events the producer sends twice")
 	seed := fs.Uint64("seed", 0, "seed for the events and the fault schedule (0: random)")
+	crashPoison := fs.Int("crash-poison", 0, "events that take down any consumer that applies them, to be dead-lettered as crashed_consumer (default 2 on kafka; -1 for none)")
 	pipelined := fs.Bool("pipelined", false, "consumers queue their statements (inboxpgx.PipelineBatchFunc): one round trip per transaction")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
+	}
+	// The same bounds as chaos.Run's, checked here so that a mistake is a
+	// usage error (exit 2) and starts nothing.
+	switch {
+	case *transport != "kafka" && *transport != "sqs":
+		return usagef("--transport %q: want kafka or sqs", *transport)
+	case *consumers < 1 || *consumers > 16:
+		return usagef("--consumers %d: want 1 to 16", *consumers)
+	case *events < 1 || *events > 1_000_000:
+		return usagef("--events %d: want 1 to 1,000,000", *events)
+	case *accounts < 1:
+		return usagef("--accounts %d: want at least 1", *accounts)
+	case math.IsNaN(*dups) || *dups < 0 || *dups > 1:
+		return usagef("--duplicates %v: want a fraction between 0 and 1", *dups)
+	case duration.d < 5*time.Second || duration.d > 24*time.Hour:
+		return usagef("--duration %v: want 5s to 24h", duration.d)
 	}
 	url := *databaseURL
 	if url == "" {
@@ -48,7 +65,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	res, err := chaos.Run(ctx, chaos.Config{
 		Transport: *transport, Brokers: *brokers, SQSEndpoint: *sqsEndpoint, DatabaseURL: url,
 		Consumers: *consumers, Events: *events, Accounts: *accounts, Duplicates: *dups,
-		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, Log: log,
+		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, CrashPoison: *crashPoison, Log: log,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"chaos-consumer"}, args...)...)
 		},
@@ -64,7 +81,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 		printChaos(e.Stdout, res)
 	}
 	if !res.OK {
-		return errors.New("exactly-once violated or the run did not drain: see the result")
+		return fmt.Errorf("failed: %s; replay it with --seed %d", res.Reason, res.Seed)
 	}
 	return nil
 }
@@ -72,7 +89,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 func printChaos(w io.Writer, r *chaos.Result) {
 	verdict := "OK: every event applied exactly once, nothing lost"
 	if !r.OK {
-		verdict = "FAILED"
+		verdict = fmt.Sprintf("FAILED: %s\n  replay with --seed %d", r.Reason, r.Seed)
 	}
 	fmt.Fprintf(w, "%s over %s, %d events, seed %d, %s\n", r.Transport, r.Store, r.Events, r.Seed, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(w, "  kills %d (", r.Kills)
@@ -90,7 +107,11 @@ func printChaos(w io.Writer, r *chaos.Result) {
 	fmt.Fprintf(w, "), restarts %d, db kills %d, broker faults %d\n", r.Restarts, r.DBKills, r.BrokerFaults)
 	fmt.Fprintf(w, "  duplicates delivered %d, skipped %d\n", r.DuplicatesDelivered, r.DuplicatesSkipped)
 	fmt.Fprintf(w, "  double applied %d, lost %d, wrong balances %d, inbox rows %d of %d\n",
-		r.DoubleApplied, r.Lost, r.BalancesWrong, r.InboxRows, r.Events)
+		r.DoubleApplied, r.Lost, r.BalancesWrong, r.InboxRows, r.Events-r.CrashPoisonSent)
+	if r.CrashPoisonSent > 0 {
+		fmt.Fprintf(w, "  crash poison: %d sent, %d consumers taken down, %d dead-lettered as crashed_consumer\n",
+			r.CrashPoisonSent, r.PoisonCrashes, r.CrashPoisonDeadLettered)
+	}
 	for _, p := range r.Problems {
 		fmt.Fprintf(w, "  problem: %s\n", p)
 	}

@@ -12,6 +12,8 @@ import (
 	"os"
 	"sort"
 	"strings"
+
+	"github.com/txinbox/inbox"
 )
 
 // Env is what a command may touch of the outside world.
@@ -39,8 +41,8 @@ var commands = map[string]command{
 	"forget":      {summary: "delete one inbox row, so that its message applies again", run: runForget},
 	"stats":       {summary: "rows per consumer, the oldest row's age, the table size", run: runStats},
 	"chaos":       {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
-	"demo":        {summary: "the handler that ran twice: every fix the seed names, side by side", run: runDemo},
-	"deadletters": {summary: "messages that will not be applied: list, show, delete", run: runDeadLetters},
+	"demo":        {summary: "the handler that ran twice: the common fixes for duplicates, crashed side by side", run: runDemo},
+	"deadletters": {summary: "messages that will not be applied: list, show, replay, delete", run: runDeadLetters},
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},
@@ -88,7 +90,11 @@ func Main(ctx context.Context, args []string, e *Env) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		fmt.Fprintf(e.Stderr, "inbox %s: %s\n", name, oneLine(strings.ReplaceAll(err.Error(), "inbox: ", "")))
+		// The packages under a command prefix their errors with their own
+		// name ("chaos: …", "inbox: …"): the line says it once.
+		msg := oneLine(strings.ReplaceAll(err.Error(), "inbox: ", ""))
+		msg = strings.TrimPrefix(msg, name+": ")
+		fmt.Fprintf(e.Stderr, "inbox %s: %s\n", name, msg)
 		var ue *usageError
 		if errors.As(err, &ue) {
 			return 2
@@ -97,9 +103,21 @@ func Main(ctx context.Context, args []string, e *Env) int {
 	}
 }
 
-// oneLine folds an error onto one line.
+// oneLine folds an error onto one line, and says a line that repeats
+// once: pgx lists every connection attempt, and with sslmode=prefer it
+// makes two identical ones to a server that does not answer.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(s), " ")
+	var parts []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(s, "\n") {
+		l = strings.Join(strings.Fields(l), " ")
+		if l == "" || seen[l] {
+			continue
+		}
+		seen[l] = true
+		parts = append(parts, l)
+	}
+	return strings.Join(parts, " ")
 }
 
 func printHelp(w io.Writer) {
@@ -148,6 +166,15 @@ func parseFlags(fs *flagSet, args []string, maxArgs int) error {
 	}
 	if fs.NArg() > maxArgs {
 		return usagef("unexpected argument %q", fs.Arg(maxArgs))
+	}
+	return nil
+}
+
+// checkConsumer validates a --consumer flag before it reaches a database,
+// which would refuse a NUL byte or invalid UTF-8 with an SQL error.
+func checkConsumer(name string) error {
+	if err := inbox.ValidateConsumer(name); err != nil {
+		return usagef("--consumer: %v", err)
 	}
 	return nil
 }

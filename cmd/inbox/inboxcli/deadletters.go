@@ -16,11 +16,11 @@ import (
 func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
-			fmt.Fprintln(e.Stdout, "Usage: inbox deadletters list|show|delete [flags]\n\nRun 'inbox deadletters <subcommand> -h' for its flags.\n\n"+
-				"A dead letter is replayed from code, with the consumer's handler: inbox.Client.ReplayDeadLetter.")
+			fmt.Fprintln(e.Stdout, "Usage: inbox deadletters list|show|replay|delete [flags]\n\nRun 'inbox deadletters <subcommand> -h' for its flags.\n\n"+
+				replayNote)
 			return nil
 		}
-		return usagef("want a subcommand: list, show or delete")
+		return usagef("want a subcommand: list, show, replay or delete")
 	}
 	sub, args := args[0], args[1:]
 	var sf storeFlags
@@ -37,7 +37,12 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		if *limit <= 0 {
 			return usagef("--limit %d: must be positive", *limit)
 		}
-		return withOps(ctx, e, &sf, func(c ops) error {
+		if *consumer != "" {
+			if err := checkConsumer(*consumer); err != nil {
+				return err
+			}
+		}
+		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
 			ds, err := c.DeadLetters(ctx, *consumer, *limit)
 			if err != nil {
 				return err
@@ -69,7 +74,10 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 	case "show", "delete":
 		fs := newFlags(e, "deadletters "+sub, "deadletters "+sub+" ID [flags]")
 		sf.register(fs)
-		asJSON := fs.Bool("json", false, "print one JSON object (show)")
+		asJSON := new(bool)
+		if sub == "show" {
+			asJSON = fs.Bool("json", false, "print one JSON object")
+		}
 		// Take the ID before the flags too: 'show 7 --json'.
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			args = append(args[1:], args[0])
@@ -84,7 +92,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		if err != nil || id <= 0 {
 			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
-		return withOps(ctx, e, &sf, func(c ops) error {
+		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
 			if sub == "delete" {
 				if err := c.DeleteDeadLetter(ctx, id); err != nil {
 					return err
@@ -109,22 +117,98 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			fmt.Fprintf(e.Stdout, "payload:     %s\n", j.Payload)
 			return nil
 		})
+	case "replay":
+		return runReplay(ctx, e, args)
 	default:
-		return usagef("unknown subcommand %q: want list, show or delete", sub)
+		return usagef("unknown subcommand %q: want list, show, replay or delete", sub)
 	}
 }
 
-func withOps(ctx context.Context, e *Env, sf *storeFlags, fn func(c ops) error) error {
+// replayNote says what 'deadletters replay' does, and why.
+const replayNote = `A replay runs the consumer's handler, which only the application has. So
+'inbox deadletters replay' marks dead letters for replay, and the application
+replays the marked ones with its handler, exactly once each, when it calls
+inbox.Client.ReplayDeadLetters(ctx, consumer, handler): for instance on a
+ticker beside its consumer. A message applied meanwhile is a duplicate, and
+its dead letter is deleted; one whose handler fails again stays, unmarked,
+with the new error.`
+
+// runReplay marks one dead letter, or every one of a consumer, for replay.
+func runReplay(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "deadletters replay", "deadletters replay ID | --consumer C --all [flags]\n\n"+replayNote)
+	var sf storeFlags
+	sf.register(fs)
+	consumer := fs.String("consumer", "", "mark every dead letter of this consumer (with --all)")
+	all := fs.Bool("all", false, "with --consumer: mark all of its dead letters")
+	// Take the ID before the flags too: 'replay 7 --schema s'.
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		args = append(args[1:], args[0])
+	}
+	if err := parseFlags(fs, args, 1); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() == 1 && (*consumer != "" || *all):
+		return usagef("give a dead letter's ID, or --consumer C --all, not both")
+	case fs.NArg() == 1:
+		id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
+		if err != nil || id <= 0 {
+			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
+		}
+		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+			d, err := c.DeadLetterGet(ctx, id)
+			if err != nil {
+				return err
+			}
+			marked, err := c.MarkDeadLetterForReplay(ctx, id)
+			if err != nil {
+				return err
+			}
+			if !marked {
+				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ReplayDeadLetters for %s replays it\n", id, d.Consumer)
+				return nil
+			}
+			fmt.Fprintf(e.Stdout, "marked dead letter %d (%s, message %s) for replay: the next inbox.Client.ReplayDeadLetters for %s replays it with the handler\n",
+				id, d.Consumer, d.MessageID, d.Consumer)
+			return nil
+		})
+	case *consumer == "" && *all:
+		return usagef("--all needs --consumer: a replay runs one consumer's handler")
+	case *consumer == "":
+		return usagef("want the dead letter's ID, or --consumer C --all")
+	case !*all:
+		return usagef("--consumer %s marks every dead letter of %s for replay: add --all to confirm", *consumer, *consumer)
+	}
+	if err := checkConsumer(*consumer); err != nil {
+		return err
+	}
+	return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+		n, err := c.MarkDeadLettersForReplay(ctx, *consumer)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "marked %d dead letters of %s for replay: the next inbox.Client.ReplayDeadLetters for %s replays them with the handler\n", n, *consumer, *consumer)
+		if n == 0 {
+			fmt.Fprintln(e.Stdout, "(dead letters already marked, and those without a valid message id, are not counted: no replay can apply the latter)")
+		}
+		return nil
+	})
+}
+
+// withOps opens the store the flags name, runs fn with a client over it
+// with cfg, and closes the store. An error that says the inbox tables are
+// missing is explained (store.explain).
+func withOps(ctx context.Context, e *Env, sf *storeFlags, cfg *inbox.Config, fn func(c ops) error) error {
 	s, err := sf.open(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c, err := s.newOps(idFormatFor(sf))
+	c, err := s.newOps(cfg)
 	if err != nil {
 		return err
 	}
-	return fn(c)
+	return s.explain(fn(c))
 }
 
 func source(d *inbox.DeadLetter) string {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
@@ -77,11 +80,153 @@ func TestDeadLetters(t *testing.T) {
 	code, _, stderr = run(t, env, append([]string{"deadletters", "show", fmt.Sprint(list[0].ID)}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
-	require.Contains(t, stderr, "not found")
+	require.Equal(t, fmt.Sprintf("inbox deadletters: dead letter %d: not found\n", list[0].ID), stderr, "said once")
 
 	for _, args := range [][]string{{"deadletters"}, {"deadletters", "show"}, {"deadletters", "show", "x"}, {"deadletters", "purge"}} {
 		code, _, stderr := run(t, env, args...)
 		require.Equal(t, 2, code, strings.Join(args, " "))
 		requireOneLine(t, stderr)
 	}
+}
+
+// 'inbox deadletters replay' marks dead letters; the application replays
+// them with its handler. Two replays of one dead letter race, from the
+// command line and then in the application: the message is applied once.
+func TestDeadLetterReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := testdb.Schema(t)
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	db := []string{"--schema", schema}
+	code, _, stderr := run(t, env, append([]string{"migrate", "up"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	pool := inboxcli.SharedPool(t)
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
+	require.NoError(t, err)
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	effects := pgx.Identifier{schema, "effects"}.Sanitize()
+	_, err = pool.Exec(ctx, `CREATE TABLE `+effects+` (message_id uuid NOT NULL)`)
+	require.NoError(t, err)
+
+	deadLetter := func(consumer string, m inbox.Message) string {
+		t.Helper()
+		require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errors.New("declined"), Attempts: 5}))
+		ds, err := c.DeadLetters(ctx, consumer, 100)
+		require.NoError(t, err)
+		for _, dl := range ds {
+			if dl.MessageID == m.ID {
+				return fmt.Sprint(dl.ID)
+			}
+		}
+		t.Fatalf("no dead letter of %s for %q", consumer, m.ID)
+		return ""
+	}
+	id1, id2 := inboxtest.NewID(), inboxtest.NewID()
+	dl1 := deadLetter("billing", inbox.Message{ID: id1, Payload: []byte(`{}`)})
+	dl2 := deadLetter("billing", inbox.Message{ID: id2, Payload: []byte(`{}`)})
+	noID := deadLetter("billing", inbox.Message{Payload: []byte(`?`), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}})
+
+	for _, args := range [][]string{
+		{"deadletters", "replay"},
+		{"deadletters", "replay", "x"},
+		{"deadletters", "replay", dl1, "--consumer", "billing"},
+		{"deadletters", "replay", "--consumer", "billing"},
+		{"deadletters", "replay", "--all"},
+		{"deadletters", "replay", "--consumer", "bill\x00ing", "--all"},
+	} {
+		code, stdout, stderr := run(t, env, append(args, db...)...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		require.Empty(t, stdout, "%v", args)
+		requireOneLine(t, stderr)
+	}
+	code, _, stderr = run(t, env, append([]string{"deadletters", "replay", noID}, db...)...)
+	require.Equal(t, 1, code)
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, "cannot be replayed")
+	code, _, stderr = run(t, env, append([]string{"deadletters", "replay", "987654321"}, db...)...)
+	require.Equal(t, 1, code)
+	require.Equal(t, "inbox deadletters: dead letter 987654321: not found\n", stderr)
+
+	// Two operators mark the same dead letter at once: one marks it.
+	type result struct {
+		code   int
+		stdout string
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			code, stdout, _ := run(t, env, append([]string{"deadletters", "replay", dl1}, db...)...)
+			results <- result{code, stdout}
+		}()
+	}
+	var outs []string
+	for range 2 {
+		r := <-results
+		require.Equal(t, 0, r.code)
+		outs = append(outs, r.stdout)
+	}
+	joined := strings.Join(outs, "")
+	require.Equal(t, 1, strings.Count(joined, "marked dead letter "+dl1+" (billing, message "+id1+") for replay"), joined)
+	require.Equal(t, 1, strings.Count(joined, "dead letter "+dl1+" was already marked for replay"), joined)
+
+	// The application replays the marked dead letter with its handler, in
+	// two processes at once: it is applied once, and deleted.
+	credit := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+effects+` VALUES ($1)`, m.ID)
+		return err
+	})
+	replays := make(chan []inbox.ReplayResult, 2)
+	for range 2 {
+		go func() {
+			rs, err := c.ReplayDeadLetters(ctx, "billing", credit)
+			if err != nil {
+				t.Error(err)
+			}
+			replays <- rs
+		}()
+	}
+	applied := 0
+	for range 2 {
+		for _, r := range <-replays {
+			require.NoError(t, r.Err)
+			require.Equal(t, id1, r.DeadLetter.MessageID, "only the marked dead letter")
+			if r.Outcome == inbox.Applied {
+				applied++
+			}
+		}
+	}
+	require.Equal(t, 1, applied)
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+effects+` WHERE message_id = $1`, id1).Scan(&n))
+	require.Equal(t, 1, n, "the effect happened once")
+	_, err = c.DeadLetterGet(ctx, mustInt(t, dl1))
+	require.ErrorIs(t, err, inbox.ErrNotFound)
+
+	// Every dead letter of a consumer: those with an id.
+	code, stdout, stderr := run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "marked 1 dead letters of billing for replay")
+	rs, err := c.ReplayDeadLetters(ctx, "billing", credit)
+	require.NoError(t, err)
+	require.Len(t, rs, 1)
+	require.Equal(t, id2, rs[0].DeadLetter.MessageID)
+	require.Equal(t, inbox.Applied, rs[0].Outcome)
+	_, err = c.DeadLetterGet(ctx, mustInt(t, dl2))
+	require.ErrorIs(t, err, inbox.ErrNotFound)
+
+	// Tables migrated before replays existed: the command says to migrate.
+	code, _, stderr = run(t, env, append([]string{"migrate", "down", "--to", "3"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	code, _, stderr = run(t, env, append([]string{"deadletters", "replay", noID}, db...)...)
+	require.Equal(t, 1, code)
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, "run 'inbox migrate up'")
+}
+
+func mustInt(t *testing.T, s string) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(s, 10, 64)
+	require.NoError(t, err)
+	return n
 }

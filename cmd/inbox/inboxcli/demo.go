@@ -5,15 +5,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/demo"
 )
 
 func runDemo(ctx context.Context, e *Env, args []string) error {
 	fs := newFlags(e, "demo", "demo [--seed N] [--events N] [--json] [--database-url URL] [--brokers HOST:PORT]")
-	seed := fs.Uint64("seed", demo.DefaultSeed, "chooses the events and the crash points; a seed gives the same run every time")
+	seed := fs.Uint64("seed", demo.DefaultSeed, "the random seed of the events and the crash points: the same seed gives the same run")
 	events := fs.Int("events", demo.DefaultEvents, "distinct events to produce (at least 20)")
 	databaseURL := fs.String("database-url", "", "run on this Postgres (postgres://…) instead of an embedded SQLite file")
 	brokers := fs.String("brokers", "", "run on this Kafka cluster (host:port[,host:port]) instead of an in-process one")
@@ -24,6 +26,16 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 	}
 	if *events < 20 || *events > 10_000 {
 		return usagef("--events %d: want 20 to 10,000", *events)
+	}
+	if u := *databaseURL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		return usagef("--database-url %q: want postgres://… (or nothing, for an embedded SQLite file)", u)
+	}
+	if *brokers != "" {
+		for _, b := range strings.Split(*brokers, ",") {
+			if _, _, err := net.SplitHostPort(b); err != nil {
+				return usagef("--brokers %q: want host:port[,host:port]", *brokers)
+			}
+		}
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -49,7 +61,7 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 	return nil
 }
 
-// why says what each strategy got wrong, in the seed's words.
+// why says what each strategy got wrong.
 var why = map[string]string{
 	"none":              "every redelivery applied again",
 	"offset-key":        "the republished event had a new offset",

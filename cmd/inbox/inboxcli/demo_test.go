@@ -3,6 +3,7 @@ package inboxcli_test
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/txinbox/inbox/internal/require"
@@ -27,6 +28,8 @@ func TestDemoJSON(t *testing.T) {
 			Lost           int    `json:"lost"`
 			WronglySkipped int    `json:"wrongly_skipped"`
 			BalanceOK      bool   `json:"balance_ok"`
+			BalanceCents   int64  `json:"balance_cents"`
+			ExpectedCents  int64  `json:"expected_balance_cents"`
 		} `json:"strategies"`
 	}
 	require.NoError(t, dec.Decode(&res))
@@ -42,7 +45,14 @@ func TestDemoJSON(t *testing.T) {
 	inbox := res.Strategies[5]
 	require.Zero(t, inbox.DoubleApplied+inbox.Lost+inbox.WronglySkipped)
 	require.True(t, inbox.BalanceOK)
-	require.Positive(t, res.Strategies[0].DoubleApplied)
+	require.Positive(t, inbox.ExpectedCents)
+	require.Equal(t, inbox.ExpectedCents, inbox.BalanceCents)
+	for _, s := range res.Strategies {
+		require.Equal(t, inbox.ExpectedCents, s.ExpectedCents, "%s: every strategy gets the same events", s.Name)
+	}
+	none := res.Strategies[0]
+	require.Positive(t, none.DoubleApplied)
+	require.Greater(t, none.BalanceCents, none.ExpectedCents, "no dedup: the redeliveries credited again")
 	require.Positive(t, res.Crashes)
 }
 
@@ -51,8 +61,26 @@ func TestDemoFlags(t *testing.T) {
 	code, _, stderr := run(t, nil, "demo", "--events", "3")
 	require.Equal(t, 2, code)
 	requireOneLine(t, stderr)
-	code, _, stderr = run(t, nil, "demo", "--database-url", "mysql://root@127.0.0.1/test")
-	require.Equal(t, 1, code)
+	for _, url := range []string{"mysql://root@127.0.0.1/test", "sqlite:/tmp/demo.db"} {
+		code, stdout, stderr := run(t, nil, "demo", "--database-url", url)
+		require.Equal(t, 2, code, "a usage mistake: %s", stderr)
+		require.Empty(t, stdout)
+		requireOneLine(t, stderr)
+		require.Contains(t, stderr, "want postgres://")
+	}
+	code, _, stderr = run(t, nil, "demo", "--brokers", "localhost")
+	require.Equal(t, 2, code, stderr)
 	requireOneLine(t, stderr)
-	require.Contains(t, stderr, "want postgres://")
+}
+
+// A database that does not answer is named once, and the demo says once
+// what failed: not "demo: demo:", not each connection attempt twice.
+func TestDemoUnreachableDatabase(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := run(t, nil, "demo", "--database-url", "postgres://postgres@127.0.0.1:1/test?connect_timeout=2")
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout)
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, "inbox demo: cannot reach the database at 127.0.0.1:1/test")
+	require.Equal(t, 1, strings.Count(stderr, "connection refused"), "each failure once: %s", stderr)
 }

@@ -1,7 +1,8 @@
 package inboxcli
 
 import (
-	"fmt"
+	"errors"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -31,14 +32,13 @@ func (f *durationFlag) Set(s string) error {
 }
 
 // parseDuration parses a Go duration with an optional leading number of
-// days.
+// days. Its errors do not repeat s: the flag package's message has it.
 func parseDuration(s string) (time.Duration, error) {
-	orig := s
 	var days int64
 	if i := strings.IndexByte(s, 'd'); i > 0 {
 		n, err := strconv.ParseInt(s[:i], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("invalid duration %q: want a form like 30d, 12h or 1d12h", orig)
+			return 0, errors.New("want a form like 30d, 12h or 1d12h")
 		}
 		days, s = n, s[i+1:]
 	}
@@ -46,12 +46,27 @@ func parseDuration(s string) (time.Duration, error) {
 	if s != "" {
 		var err error
 		rest, err = time.ParseDuration(s)
+		if err != nil && goDuration.MatchString(s) {
+			// Well formed, so too long for a time.Duration.
+			return 0, errors.New("must be positive and under 100 years")
+		}
 		if err != nil {
-			return 0, fmt.Errorf("invalid duration %q: want a form like 30d, 12h or 1d12h", orig)
+			return 0, errors.New("want a form like 30d, 12h or 1d12h")
 		}
 	}
-	if days < 0 || rest < 0 || days > 100*365 {
-		return 0, fmt.Errorf("invalid duration %q: must be positive and under 100 years", orig)
+	// Each part is checked before the sum, which could overflow.
+	if days < 0 || rest < 0 || days > maxDays || rest > maxDuration-time.Duration(days)*24*time.Hour {
+		return 0, errors.New("must be positive and under 100 years")
 	}
 	return time.Duration(days)*24*time.Hour + rest, nil
 }
+
+// goDuration matches the form time.ParseDuration reads.
+var goDuration = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// maxDays bounds a duration flag: 100 years, well inside a time.Duration
+// (292 years).
+const (
+	maxDays     = 100 * 365
+	maxDuration = maxDays * 24 * time.Hour
+)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
 )
 
 func runPurge(ctx context.Context, e *Env, args []string) error {
@@ -32,18 +33,21 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	if *batch <= 0 {
 		return usagef("--batch %d: must be positive", *batch)
 	}
-	s, err := sf.open(ctx, e)
-	if err != nil {
-		return err
+	if *consumer != "" {
+		if err := checkConsumer(*consumer); err != nil {
+			return err
+		}
 	}
-	defer s.close()
-	c, err := s.newOps(&inbox.Config{ReplayHorizon: horizon.d, Retention: max(horizon.d, inbox.DefaultRetention)})
-	if err != nil {
-		return err
-	}
-	p := inbox.PurgeParams{OlderThan: olderThan.d, Consumer: *consumer, BatchSize: *batch}
-	window := inbox.FormatDuration(olderThan.d)
-	if *dryRun {
+	cfg := &inbox.Config{ReplayHorizon: horizon.d, Retention: max(horizon.d, inbox.DefaultRetention)}
+	return withOps(ctx, e, &sf, cfg, func(c ops) error {
+		return purge(ctx, e, c, olderThan.d, *consumer, *batch, *dryRun)
+	})
+}
+
+func purge(ctx context.Context, e *Env, c ops, olderThan time.Duration, consumer string, batch int, dryRun bool) error {
+	p := inbox.PurgeParams{OlderThan: olderThan, Consumer: consumer, BatchSize: batch}
+	window := inbox.FormatDuration(olderThan)
+	if dryRun {
 		p.DryRun = true
 		n, err := c.Purge(ctx, p)
 		if err != nil {
@@ -111,29 +115,32 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 	if *consumer == "" || *id == "" {
 		return usagef("--consumer and --id are required")
 	}
-	s, err := sf.open(ctx, e)
-	if err != nil {
+	if err := checkConsumer(*consumer); err != nil {
 		return err
 	}
-	defer s.close()
-	c, err := s.newOps(idFormatFor(&sf))
-	if err != nil {
+	if err := sf.checkIDType(); err != nil {
 		return err
 	}
-	if err := c.Forget(ctx, *consumer, *id); err != nil {
-		return err
+	cfg := idFormatFor(&sf)
+	if _, err := cfg.IDFormat.CanonicalID(*id); err != nil {
+		return usagef("--id: %v", err)
 	}
-	fmt.Fprintf(e.Stdout, "forgot %s/%s: its next delivery applies again\n", *consumer, *id)
-	return nil
+	return withOps(ctx, e, &sf, cfg, func(c ops) error {
+		if err := c.Forget(ctx, *consumer, *id); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "forgot %s/%s: its next delivery applies again\n", *consumer, *id)
+		return nil
+	})
 }
 
 // idFormatFor is a client config that accepts the ids the store's column
 // holds.
 func idFormatFor(sf *storeFlags) *inbox.Config {
-	if sf.tables.IDType == "text" {
+	if sf.idType == string(inboxdriver.IDTypeText) {
 		return &inbox.Config{IDFormat: inbox.IDFormatText}
 	}
-	return nil
+	return &inbox.Config{}
 }
 
 // statsJSON is the contract of 'inbox stats --json'.
@@ -186,22 +193,19 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
-	s, err := sf.open(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer s.close()
-	c, err := s.newOps(idFormatFor(&sf))
-	if err != nil {
-		return err
-	}
+	return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+		return stats(ctx, e, c, stuckAfter.d, *asJSON)
+	})
+}
+
+func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON bool) error {
 	st, err := c.Stats(ctx)
 	if err != nil {
 		return err
 	}
 	now := time.Now()
 	out := statsJSON{Consumers: []consumerJSON{}, TableBytes: st.TableBytes,
-		StuckAfterSecs: stuckAfter.d.Seconds(), StuckEffects: []stuckEffectJSON{}}
+		StuckAfterSecs: stuckAfter.Seconds(), StuckEffects: []stuckEffectJSON{}}
 	for _, cs := range st.Consumers {
 		out.Consumers = append(out.Consumers, consumerJSON{
 			Consumer: cs.Consumer, Rows: cs.Rows, Oldest: cs.Oldest.UTC(), Newest: cs.Newest.UTC(),
@@ -209,7 +213,7 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 		})
 	}
 	stuck, err := c.ListEffects(ctx, inbox.ListEffectsParams{
-		State: inbox.EffectStarted, StartedBefore: now.Add(-stuckAfter.d), Limit: stuckEffectsLimit + 1,
+		State: inbox.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
 	})
 	if err != nil {
 		out.StuckEffectsError = oneLine(err.Error())
@@ -223,7 +227,7 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 			StartedAt: se.StartedAt.UTC(), StartedAgeSecs: now.Sub(se.StartedAt).Seconds(),
 		})
 	}
-	if *asJSON {
+	if asJSON {
 		return json.NewEncoder(e.Stdout).Encode(out)
 	}
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
@@ -237,7 +241,7 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 	}
 	tw.Flush()
 	fmt.Fprintf(e.Stdout, "table size: %s\n", formatBytes(st.TableBytes))
-	printStuckEffects(e.Stdout, &out, stuckAfter.d, now)
+	printStuckEffects(e.Stdout, &out, stuckAfter, now)
 	return nil
 }
 

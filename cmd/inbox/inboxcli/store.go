@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
@@ -47,6 +48,8 @@ type ops interface {
 	DeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
 	DeadLetterGet(ctx context.Context, id int64) (*inbox.DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, id int64) error
+	MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error)
+	MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error)
 	Config() inbox.Config
 }
 
@@ -61,6 +64,72 @@ type store struct {
 	newOps func(cfg *inbox.Config) (ops, error)
 	// where names the database for messages, without a password.
 	where string
+	// schema is the --schema flag, for messages.
+	schema string
+}
+
+// explain turns an error of a command that needs the inbox tables into one
+// that says what to do, when the tables (or a column of a later migration)
+// are missing: the database is named, and 'inbox migrate up' suggested.
+// Other errors are returned as they are.
+func (s *store) explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	what, ok := missingTable(err)
+	if !ok {
+		return err
+	}
+	in := "the database at " + s.where
+	if s.schema != "" {
+		in = fmt.Sprintf("schema %q of %s", s.schema, in)
+	}
+	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, what), err: err}
+}
+
+// missingTablesError is an error that store.explain rewrote. It keeps the
+// store's error for errors.Is and errors.As.
+type missingTablesError struct {
+	msg string
+	err error
+}
+
+func (e *missingTablesError) Error() string { return e.msg }
+func (e *missingTablesError) Unwrap() error { return e.err }
+
+// missingTable reports whether err says that a table or a column does not
+// exist, and returns the server's words for it.
+func missingTable(err error) (string, bool) {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// undefined_table, undefined_column, invalid_schema_name
+		return pgErr.Message, pgErr.Code == "42P01" || pgErr.Code == "42703" || pgErr.Code == "3F000"
+	}
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) {
+		// ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
+		return myErr.Message, myErr.Number == 1146 || myErr.Number == 1054
+	}
+	// SQLite reports both with its generic result code, SQLITE_ERROR, in
+	// a message such as "SQL logic error: no such table: inbox (1)".
+	msg := err.Error()
+	for _, m := range []string{"no such table", "no such column"} {
+		if i := strings.Index(msg, m); i >= 0 {
+			return strings.TrimSuffix(msg[i:], " (1)"), true
+		}
+	}
+	return "", false
+}
+
+// checkIDType validates --id-type and sets the tables' id type from it.
+func (f *storeFlags) checkIDType() error {
+	switch f.idType {
+	case string(inboxdriver.IDTypeUUID), string(inboxdriver.IDTypeText):
+		f.tables.IDType = inboxdriver.IDType(f.idType)
+		return nil
+	default:
+		return usagef("--id-type %q: want uuid or text", f.idType)
+	}
 }
 
 // open connects to the store the flags name and checks that it answers.
@@ -69,11 +138,8 @@ func (f *storeFlags) open(ctx context.Context, e *Env) (*store, error) {
 	if raw == "" {
 		raw = e.Getenv("DATABASE_URL")
 	}
-	switch f.idType {
-	case string(inboxdriver.IDTypeUUID), string(inboxdriver.IDTypeText):
-		f.tables.IDType = inboxdriver.IDType(f.idType)
-	default:
-		return nil, usagef("--id-type %q: want uuid or text", f.idType)
+	if err := f.checkIDType(); err != nil {
+		return nil, err
 	}
 	if f.effectsDB != "" && !strings.HasPrefix(raw, "sqlite:") && !strings.HasPrefix(raw, "file:") {
 		return nil, usagef("--effects-db is for SQLite only: other stores keep the ledger beside the inbox")
@@ -82,20 +148,27 @@ func (f *storeFlags) open(ctx context.Context, e *Env) (*store, error) {
 	if i := strings.Index(raw, ":"); i > 0 {
 		scheme = raw[:i]
 	}
+	var st *store
+	var err error
 	switch scheme {
 	case "", "postgres", "postgresql":
-		return f.openPostgres(ctx, raw)
+		st, err = f.openPostgres(ctx, raw)
 	case "sqlite":
 		// sqlite:PATH, and sqlite://PATH as some tools write it.
 		path := strings.TrimPrefix(strings.TrimPrefix(raw, "sqlite:"), "//")
-		return f.openSQLite(path)
+		st, err = f.openSQLite(path)
 	case "file":
-		return f.openSQLite(raw)
+		st, err = f.openSQLite(raw)
 	case "mysql":
-		return f.openMySQL(ctx, raw)
+		st, err = f.openMySQL(ctx, raw)
 	default:
 		return nil, usagef("--database-url: unsupported scheme %q: want postgres://, mysql://, sqlite: or file:", scheme)
 	}
+	if err != nil {
+		return nil, err
+	}
+	st.schema = f.tables.Schema
+	return st, nil
 }
 
 // openSQLite opens a SQLite database file, creating it if need be.
@@ -221,7 +294,16 @@ func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, erro
 	if err != nil {
 		return nil, usagef("--database-url: %v", redactErr(err, raw))
 	}
-	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database)
+	database := cfg.ConnConfig.Database
+	if database == "" {
+		database = cfg.ConnConfig.User // the server's default
+	}
+	where := fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, database)
+	if raw == "" {
+		// libpq's defaults: the PG* variables, else a local socket and a
+		// database named after the user, which is rarely the one meant.
+		where += " (no --database-url or DATABASE_URL: the PG* variables and libpq's defaults chose it)"
+	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(pctx, cfg)

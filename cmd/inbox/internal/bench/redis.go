@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/txinbox/inbox/cmd/inbox/internal/redis"
 )
 
 // redisTTL is the expiry of the redis-setnx row's keys, as a user sets one
-// so that the set does not grow for ever: the trap the seed describes,
-// since a key that expired before a replay forgets the skip.
+// so that the set does not grow for ever: the trap of this pattern, since a
+// key that expired before a replay forgets the skip.
 const redisTTL = 24 * time.Hour
 
 // redisStore is the Redis of the redis-setnx row.
@@ -25,15 +25,10 @@ type redisStore struct {
 var redisResource = &resource{
 	name: "redis",
 	open: func(ctx context.Context, b *bench) (func(), error) {
-		c := redis.NewClient(&redis.Options{
-			Addr:         b.cfg.RedisAddr,
-			PoolSize:     b.maxW,
-			MinIdleConns: b.maxW,
-		})
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		if err := c.Ping(pctx).Err(); err != nil {
-			c.Close()
+		c, err := redis.Dial(pctx, b.cfg.RedisAddr, b.maxW)
+		if err != nil {
 			return nil, fmt.Errorf("cannot reach Redis at %s (leave the redis-setnx row out with an empty --redis-addr): %w", b.cfg.RedisAddr, err)
 		}
 		b.redis = &redisStore{client: c, prefix: "inbox-bench:" + b.schema + ":"}
@@ -48,16 +43,17 @@ var redisResource = &resource{
 	},
 }
 
-// deleteKeys deletes the run's keys, a scan page at a time.
+// deleteKeys deletes the run's keys, a scan page at a time, until the scan
+// ends or ctx does.
 func (s *redisStore) deleteKeys(ctx context.Context) error {
 	var cursor uint64
 	for {
-		keys, next, err := s.client.Scan(ctx, cursor, s.prefix+"*", 1000).Result()
+		keys, next, err := s.client.Scan(ctx, cursor, s.prefix+"*", 1000)
 		if err != nil {
 			return err
 		}
 		if len(keys) > 0 {
-			if err := s.client.Unlink(ctx, keys...).Err(); err != nil {
+			if _, err := s.client.Unlink(ctx, keys...); err != nil {
 				return err
 			}
 		}

@@ -19,6 +19,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/txinbox/inbox/internal/dbfault"
@@ -36,6 +37,9 @@ const (
 	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	// DefaultConsumerName is the inbox consumer that every process runs as.
 	DefaultConsumerName = "chaos-billing"
+	// DefaultCrashPoison is how many crash-poison events a Kafka run
+	// sends by default.
+	DefaultCrashPoison = 2
 )
 
 // Config configures a run.
@@ -64,8 +68,10 @@ type Config struct {
 	Duplicates float64
 	// Duration is how long faults are injected: the events are produced
 	// over its first four fifths, and the consumers drain under fire for the
-	// rest. The drain without faults that follows is bounded by it too.
-	// Defaults to DefaultDuration.
+	// rest. The drain without faults that follows is bounded by it too, or
+	// by what the transport needs to deliver again the messages that killed
+	// consumers held, if that is longer (see drainTimeout). Defaults to
+	// DefaultDuration.
 	Duration time.Duration
 	// Seed makes the event set and the fault schedule repeatable. Zero
 	// picks one.
@@ -91,6 +97,16 @@ type Config struct {
 	// database user that cannot create the consumers' role skips them,
 	// with a note in the log, rather than fail the run.
 	dbFaultsByDefault bool
+	// CrashPoison is how many events take down any consumer that applies
+	// them, half by exiting in the handler, half by a panic on a goroutine
+	// the handler started. The run must end with exactly those events
+	// dead-lettered as inbox.ReasonCrashedConsumer, and every other event
+	// applied once. Only Kafka's adapter bounds them itself (the takeover
+	// ledger); the other brokers bound them with their own delivery count
+	// and dead-letter queue, which the in-process brokers do not model.
+	// Defaults to DefaultCrashPoison on Kafka, and to none elsewhere;
+	// negative sends none.
+	CrashPoison int
 	// ControlNoSkip breaks the consumers on purpose: their store reports
 	// every claim as new. It is the negative control that shows the check
 	// catches double applications; a run with it must not be OK.
@@ -112,19 +128,31 @@ type Result struct {
 	Lost                int    `json:"lost"`
 	// DBFaults counts the database faults injected, by kind.
 	DBFaults map[string]int `json:"db_faults"`
-	// DeadLetteredHealthy counts the events dead-lettered: every event of
-	// a run is healthy, so any is a misjudged failure.
+	// DeadLetteredHealthy counts the dead letters of events that were not
+	// crash poison: every other event of a run is healthy, so any is a
+	// misjudged failure. The crashed_consumer dead letters of crash-poison
+	// events are intended, and counted in CrashPoisonDeadLettered.
 	DeadLetteredHealthy int  `json:"dead_lettered_healthy"`
 	OK                  bool `json:"ok"`
+	// Seed replays the run's events and fault schedule (Config.Seed).
+	Seed uint64 `json:"seed"`
+	// Reason says why a run is not OK, in one line; empty when it is.
+	Reason string `json:"reason,omitempty"`
+	// CrashPoisonSent is how many crash-poison events were sent
+	// (Config.CrashPoison), and CrashPoisonDeadLettered how many of them
+	// ended dead-lettered as crashed_consumer: the two must be equal.
+	CrashPoisonSent         int `json:"crash_poison_sent"`
+	CrashPoisonDeadLettered int `json:"crash_poison_dead_lettered"`
 
 	// Details, not part of the JSON contract.
-	KillsAt       map[string]int `json:"-"`
-	BrokerFaults  int            `json:"-"`
-	BalancesWrong int            `json:"-"`
-	InboxRows     int            `json:"-"`
-	Problems      []string       `json:"-"`
-	Elapsed       time.Duration  `json:"-"`
-	Seed          uint64         `json:"-"`
+	KillsAt map[string]int `json:"-"`
+	// PoisonCrashes counts the consumers that crash-poison events took down.
+	PoisonCrashes int           `json:"-"`
+	BrokerFaults  int           `json:"-"`
+	BalancesWrong int           `json:"-"`
+	InboxRows     int           `json:"-"`
+	Problems      []string      `json:"-"`
+	Elapsed       time.Duration `json:"-"`
 }
 
 // event is one produced event.
@@ -133,7 +161,16 @@ type event struct {
 	Account int
 	Amount  int64
 	Twice   bool
+	// Crash, when set, makes any consumer that applies the event go down:
+	// crashInHandler or crashInGoroutine.
+	Crash string
 }
+
+// How a crash-poison event takes its consumer down.
+const (
+	crashInHandler   = "handler"
+	crashInGoroutine = "goroutine"
+)
 
 func (c *Config) withDefaults() Config {
 	out := *c
@@ -168,13 +205,19 @@ func (c *Config) withDefaults() Config {
 		out.DBFaults = DefaultDBFaults
 		out.dbFaultsByDefault = true
 	}
+	switch {
+	case out.CrashPoison == 0 && out.Transport == "kafka" && !out.ControlNoSkip:
+		out.CrashPoison = DefaultCrashPoison
+	case out.CrashPoison < 0:
+		out.CrashPoison = 0
+	}
 	return out
 }
 
 func (c *Config) validate() error {
 	switch {
-	case c.Transport != "kafka" && c.Transport != "sqs":
-		return fmt.Errorf("chaos: transport %q: want kafka or sqs", c.Transport)
+	case c.Transport != "kafka" && c.Transport != "sqs" && c.Transport != "nats" && c.Transport != "rabbitmq":
+		return fmt.Errorf("chaos: transport %q: want kafka, sqs, nats or rabbitmq", c.Transport)
 	case c.Consumers < 1 || c.Consumers > 16:
 		return fmt.Errorf("chaos: consumers %d: want 1 to 16", c.Consumers)
 	case c.Events < 1 || c.Events > 1_000_000:
@@ -187,6 +230,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: duration %v: want 5s to 24h", c.Duration)
 	case c.Command == nil:
 		return errors.New("chaos: Config.Command is nil")
+	case c.CrashPoison > 0 && c.Transport != "kafka":
+		return fmt.Errorf("chaos: crash poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", c.CrashPoison)
+	case c.CrashPoison > c.Events/10:
+		return fmt.Errorf("chaos: crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
 	}
 	for _, k := range c.DBFaults {
 		if _, err := dbfault.ParseKinds(string(k)); err != nil {
@@ -209,6 +256,19 @@ func makeEvents(cfg *Config, r *rand.Rand) []event {
 			Amount:  1 + r.Int64N(1000),
 			Twice:   r.Float64() < cfg.Duplicates,
 		}
+	}
+	// The crash-poison events, spread over the run and never sent twice.
+	for n, i := 0, 0; n < cfg.CrashPoison; i++ {
+		e := &events[r.IntN(len(events))]
+		if e.Crash != "" {
+			continue
+		}
+		e.Twice = false
+		e.Crash = crashInHandler
+		if n%2 == 1 {
+			e.Crash = crashInGoroutine
+		}
+		n++
 	}
 	return events
 }
@@ -264,18 +324,24 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	defer tr.close()
 
 	events := makeEvents(&cfg, r)
-	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{}, DBFaults: map[string]int{}}
+	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{},
+		DBFaults: map[string]int{}, CrashPoisonSent: cfg.CrashPoison}
 	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
 		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
 
-	sup := newSupervisor(&cfg, st, tr, res)
+	sup := newSupervisor(&cfg, consumerArgs(&cfg, st, tr), res)
 	defer sup.stopAll()
 	if err := sup.startAll(ctx); err != nil {
 		return nil, err
 	}
+	drainFor := drainTimeout(&cfg, tr)
+	// The producer is done by four fifths of the duration unless sends
+	// are very slow; it is given up on after a drain's time more.
+	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration+drainFor)
+	defer stopProducing()
 	produced := make(chan error, 1)
 	produceSeed := r.Uint64()
-	go func() { produced <- produce(ctx, tr, events, cfg.Duration*4/5, produceSeed) }()
+	go func() { produced <- produce(produceCtx, tr, events, cfg.Duration*4/5, produceSeed) }()
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
@@ -291,7 +357,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	// producer ends the phase early.
 	var produceErr error
 	producing := true
-	sup.chaos(chaosCtx, r, func() bool {
+	sup.chaos(chaosCtx, r, st, tr, func() bool {
 		if producing {
 			select {
 			case produceErr = <-produced:
@@ -314,8 +380,28 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 
 	// Drain without faults, bounded.
-	fmt.Fprintf(cfg.Log, "chaos: draining without faults\n")
-	if err := sup.drain(ctx, cfg.Duration, func() bool { return st.drained(ctx, len(events)) }); err != nil {
+	fmt.Fprintf(cfg.Log, "chaos: draining without faults, %v at most\n", drainFor)
+	tr.calm()
+	progress := time.Now()
+	drained := func(ctx context.Context) bool {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		n, err := st.applied(ctx)
+		var dead map[string]string
+		if err == nil {
+			dead, err = st.deadLetters(ctx)
+		}
+		switch {
+		case err != nil:
+			fmt.Fprintf(cfg.Log, "chaos: count the events applied: %v\n", err)
+		case time.Since(progress) >= 2*time.Second:
+			progress = time.Now()
+			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied, %d of %d crash-poison events dead-lettered\n",
+				n, len(events)-cfg.CrashPoison, len(dead), cfg.CrashPoison)
+		}
+		return err == nil && n >= len(events)-cfg.CrashPoison && len(dead) >= cfg.CrashPoison
+	}
+	if err := sup.drain(ctx, drainFor, drained); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
 	sup.stopAll()
@@ -323,7 +409,68 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		return nil, err
 	}
 	res.Elapsed = time.Since(start)
-	res.OK = res.DoubleApplied == 0 && res.Lost == 0 && res.BalancesWrong == 0 &&
-		res.InboxRows == res.Events && res.DeadLetteredHealthy == 0 && len(res.Problems) == 0
+	res.Reason = res.failure()
+	res.OK = res.Reason == ""
 	return res, nil
+}
+
+// consumerArgs are the arguments every consumer process runs with, after
+// its --slot.
+func consumerArgs(cfg *Config, st store, tr transport) []string {
+	args := append([]string{"--consumer", DefaultConsumerName}, st.consumerArgs()...)
+	args = append(args, tr.consumerArgs()...)
+	if cfg.ControlNoSkip {
+		args = append(args, "--control-no-skip")
+	}
+	if cfg.Pipelined {
+		args = append(args, "--pipelined")
+	}
+	return args
+}
+
+// drainRedeliveries is how many of the transport's longest redeliveries
+// the drain without faults allows at least: a message that a consumer
+// killed at the end of the chaos held comes back after one, and may be
+// handed back once or twice more (a claim that waited behind a concurrent
+// delivery of the same event, a rebalance) before it is applied.
+const drainRedeliveries = 3
+
+// drainTimeout bounds the drain without faults: the run's duration, or
+// drainRedeliveries times what bounds redelivery on the transport, if that
+// is longer. It is what the proof waits for before it counts an event as
+// lost, so it must let every message that a killed consumer held come back.
+func drainTimeout(cfg *Config, tr transport) time.Duration {
+	return max(cfg.Duration, drainRedeliveries*tr.redelivery())
+}
+
+// failure says, in one line, why res is not OK; it is empty when res is.
+func (res *Result) failure() string {
+	var parts []string
+	const shown = 3
+	for i, p := range res.Problems {
+		if i == shown {
+			parts = append(parts, fmt.Sprintf("%d more problems", len(res.Problems)-shown))
+			break
+		}
+		parts = append(parts, p)
+	}
+	if res.DoubleApplied > 0 {
+		parts = append(parts, fmt.Sprintf("%d double applications", res.DoubleApplied))
+	}
+	if res.Lost > 0 {
+		parts = append(parts, fmt.Sprintf("%d events lost", res.Lost))
+	}
+	if res.BalancesWrong > 0 {
+		parts = append(parts, fmt.Sprintf("%d balances wrong", res.BalancesWrong))
+	}
+	if want := res.Events - res.CrashPoisonSent; res.InboxRows != want {
+		parts = append(parts, fmt.Sprintf("the inbox holds %d rows for %d events", res.InboxRows, want))
+	}
+	if res.DeadLetteredHealthy > 0 {
+		parts = append(parts, fmt.Sprintf("%d healthy events dead-lettered", res.DeadLetteredHealthy))
+	}
+	if res.CrashPoisonDeadLettered != res.CrashPoisonSent {
+		parts = append(parts, fmt.Sprintf("%d of %d crash-poison events dead-lettered as crashed_consumer", res.CrashPoisonDeadLettered, res.CrashPoisonSent))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -13,14 +14,19 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb needs
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
 // The chaos tests start consumers by running this test binary again with
 // INBOX_CHAOS_CONSUMER set: TestMain then runs one consumer instead of the
-// tests.
+// tests. INBOX_CHAOS_IDLE runs a stand-in consumer instead (runIdle).
 func TestMain(m *testing.M) {
+	if mode := os.Getenv("INBOX_CHAOS_IDLE"); mode != "" {
+		runIdle(mode)
+		os.Exit(0)
+	}
 	if os.Getenv("INBOX_CHAOS_CONSUMER") == "1" {
 		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 		err := RunConsumer(ctx, os.Args[1:], os.Stdout, os.Stderr)
@@ -69,7 +75,12 @@ func requireExactlyOnce(t *testing.T, res *Result) {
 	require.Zero(t, res.DoubleApplied)
 	require.Zero(t, res.Lost)
 	require.Zero(t, res.BalancesWrong)
-	require.Equal(t, res.Events, res.InboxRows)
+	require.Equal(t, res.Events-res.CrashPoisonSent, res.InboxRows)
+	require.Equal(t, res.CrashPoisonSent, res.CrashPoisonDeadLettered, "crash-poison events dead-lettered as crashed_consumer")
+	if res.Transport == "kafka" {
+		require.Positive(t, res.CrashPoisonSent, "a Kafka run sends crash-poison events")
+		require.GreaterOrEqual(t, res.PoisonCrashes, res.CrashPoisonSent, "every crash-poison event took a consumer down")
+	}
 	require.GreaterOrEqual(t, res.Kills, 5)
 	require.Zero(t, res.DeadLetteredHealthy, "healthy events dead-lettered")
 	injected := 0
@@ -89,18 +100,53 @@ func TestChaosSQS(t *testing.T) {
 	requireExactlyOnce(t, res)
 }
 
+// TestTallyCrashPoison: a crash-poison event counts only when it was
+// dead-lettered as crashed_consumer and never applied, and a healthy event
+// that was dead-lettered is a problem.
+func TestTallyCrashPoison(t *testing.T) {
+	t.Parallel()
+	events := []event{{ID: "a", Account: 1, Amount: 10}, {ID: "p", Account: 1, Amount: 99, Crash: crashInHandler},
+		{ID: "q", Account: 2, Amount: 5, Crash: crashInGoroutine}, {ID: "h", Account: 2, Amount: 1}}
+	res := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
+	dead := map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonMaxAttempts, "h": inbox.ReasonPermanent}
+	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, res)
+	require.Equal(t, 1, res.CrashPoisonDeadLettered, "q was dead-lettered for another reason")
+	require.Equal(t, 1, res.DeadLetteredHealthy, "h only: the crash-poison dead letters are not healthy events")
+	require.Zero(t, res.Lost)
+	require.Zero(t, res.BalancesWrong, "the crash-poison amounts are not expected in the balances")
+	require.Len(t, res.Problems, 1)
+	require.Contains(t, res.Problems[0], "healthy event h")
+	require.Contains(t, res.failure(), "1 of 2 crash-poison events dead-lettered")
+	require.Contains(t, res.failure(), "1 healthy events dead-lettered")
+
+	// Intended dead letters only: the run is OK.
+	ok := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
+	dead = map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonCrashedConsumer}
+	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, ok)
+	require.Equal(t, 2, ok.CrashPoisonDeadLettered)
+	require.Zero(t, ok.DeadLetteredHealthy)
+	require.Empty(t, ok.failure())
+
+	// A dead letter of no event of the run is no intended one either.
+	stray := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
+	dead = map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonCrashedConsumer, "x": inbox.ReasonMalformedID}
+	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, stray)
+	require.Equal(t, 1, stray.DeadLetteredHealthy)
+	require.Contains(t, stray.failure(), "dead letter x")
+}
+
 func TestTally(t *testing.T) {
 	t.Parallel()
 	events := []event{{ID: "a", Account: 1, Amount: 10}, {ID: "b", Account: 1, Amount: 5}, {ID: "c", Account: 2, Amount: 7}}
 	res := &Result{DuplicatesSkipped: 4}
-	tally(events, map[string]int{"a": 1, "b": 3}, map[int]int64{1: 20, 2: 0, 3: 1}, res)
+	tally(events, map[string]int{"a": 1, "b": 3}, map[int]int64{1: 20, 2: 0, 3: 1}, nil, res)
 	require.Equal(t, 2, res.DoubleApplied)
 	require.Equal(t, 1, res.Lost)
 	require.Equal(t, 3, res.BalancesWrong, "account 1 is 20 not 15, account 2 is 0 not 7, account 3 should not move")
 	require.Equal(t, 6, res.DuplicatesDelivered)
 
 	clean := &Result{}
-	tally(events, map[string]int{"a": 1, "b": 1, "c": 1}, map[int]int64{1: 15, 2: 7}, clean)
+	tally(events, map[string]int{"a": 1, "b": 1, "c": 1}, map[int]int64{1: 15, 2: 7}, nil, clean)
 	require.Zero(t, clean.DoubleApplied+clean.Lost+clean.BalancesWrong)
 }
 
@@ -151,4 +197,79 @@ func TestChaosKafkaPipelined(t *testing.T) {
 func TestChaosKafka(t *testing.T) {
 	res := run(t, Config{Transport: "kafka", Duration: 30 * time.Second, Events: 1500})
 	requireExactlyOnce(t, res)
+}
+
+func TestAccountsOf(t *testing.T) {
+	t.Parallel()
+	msg := func(body string) inbox.Message { return inbox.Message{Payload: []byte(body)} }
+	for _, tc := range []struct {
+		name string
+		msgs []inbox.Message
+		want []int
+	}{
+		{"none", nil, []int{}},
+		{"sorted and distinct", []inbox.Message{msg(`{"account":7}`), msg(`{"account":3}`), msg(`{"account":7}`), msg(`{"account":1}`)}, []int{1, 3, 7}},
+		{"unparsable payloads are left to the handler", []inbox.Message{msg(`{"account":2}`), msg(`not json`)}, []int{2}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, accountsOf(tc.msgs))
+		})
+	}
+}
+
+// The drain lasts the run's duration, and never less than the transport
+// needs to deliver again what killed consumers held.
+func TestDrainTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		tr       transport
+		duration time.Duration
+		want     time.Duration
+	}{
+		{&sqsTransport{}, 20 * time.Second, 20 * time.Second},
+		{&sqsTransport{}, 5 * time.Second, drainRedeliveries * (sqsVisibility + sqsWait)},
+		{&kafkaTransport{}, 5 * time.Second, drainRedeliveries * (kafkaSession + kafkaRebalanceTimeout)},
+		{&kafkaTransport{}, time.Minute, time.Minute},
+	} {
+		require.Equal(t, tc.want, drainTimeout(&Config{Duration: tc.duration}, tc.tr), "%T, %v", tc.tr, tc.duration)
+	}
+}
+
+// The JSON form of a Result is the contract of 'inbox chaos --json': these
+// names do not change, and a failed run says how to replay it and why.
+func TestResultJSON(t *testing.T) {
+	t.Parallel()
+	failed := &Result{Transport: "sqs", Store: "postgres", Events: 10, InboxRows: 8, Lost: 2, BalancesWrong: 1, Seed: 303,
+		Problems: []string{"consumers did not drain within 20s"}}
+	failed.Reason = failed.failure()
+	failed.OK = failed.Reason == ""
+	b, err := json.Marshal(failed)
+	require.NoError(t, err)
+	var fields map[string]any
+	require.NoError(t, json.Unmarshal(b, &fields))
+	names := make([]string, 0, len(fields))
+	for name := range fields {
+		names = append(names, name)
+	}
+	require.ElementsMatch(t, []string{
+		"transport", "store", "events", "kills", "restarts", "db_kills", "duplicates_delivered",
+		"duplicates_skipped", "double_applied", "lost", "ok", "seed", "reason",
+		"crash_poison_sent", "crash_poison_dead_lettered", "db_faults", "dead_lettered_healthy",
+	}, names)
+	require.Equal(t, false, fields["ok"])
+	require.Equal(t, float64(303), fields["seed"])
+	require.Equal(t, "consumers did not drain within 20s; 2 events lost; 1 balances wrong; the inbox holds 8 rows for 10 events", fields["reason"])
+
+	ok := &Result{Events: 10, InboxRows: 10, Seed: 1}
+	require.Empty(t, ok.failure())
+	b, err = json.Marshal(ok)
+	require.NoError(t, err)
+	require.NotContains(t, string(b), `"reason"`, "an OK run has no reason")
+	require.Contains(t, string(b), `"seed":1`)
+}
+
+func TestResultFailureShowsFewProblems(t *testing.T) {
+	t.Parallel()
+	res := &Result{Events: 1, InboxRows: 1, Problems: []string{"a", "b", "c", "d", "e"}}
+	require.Equal(t, "a; b; c; 2 more problems", res.failure())
 }

@@ -43,21 +43,42 @@ type payload struct {
 	EventID string `json:"event_id"`
 	Account int    `json:"account"`
 	Amount  int64  `json:"amount"`
+	Crash   string `json:"crash,omitempty"`
 }
 
 // body is e's payload, as the producer sends it.
 func (e event) body() []byte {
-	b, _ := json.Marshal(payload{EventID: e.ID, Account: e.Account, Amount: e.Amount})
+	b, _ := json.Marshal(payload{EventID: e.ID, Account: e.Account, Amount: e.Amount, Crash: e.Crash})
 	return b
+}
+
+// crashPoisonLine starts what a consumer prints to stderr as a crash-poison
+// event takes it down, so that the coordinator does not count the exit as a
+// problem.
+const crashPoisonLine = "crash poison: "
+
+// crash takes the process down the way how says, at once, without
+// returning: os.Exit from the handler, as a dependency might, or a panic
+// on a goroutine the handler started, which no recover in the handler's
+// caller can catch.
+func crash(how, id string) {
+	fmt.Fprintf(os.Stderr, "%s%s, event %s\n", crashPoisonLine, how, id)
+	if how == crashInGoroutine {
+		go func() { panic(crashPoisonLine + "a goroutine of the handler panicked on event " + id) }()
+		select {}
+	}
+	os.Exit(3)
 }
 
 // outcomes is an inbox.Observer that prints, for the coordinator, one line
 // per committed or skipped transaction: "tx APPLIED DUPLICATES". Each line
-// is one write, so a kill never leaves half a line.
+// is one write, so a kill never leaves half a line. It also hands each
+// transaction's accounts to the handler, which locks them in order (see
+// lockorder.go).
 type outcomes struct{ w io.Writer }
 
-func (o outcomes) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
-	return ctx
+func (o outcomes) TxStart(ctx context.Context, _ string, msgs []inbox.Message) context.Context {
+	return withAccounts(ctx, msgs)
 }
 
 func (o outcomes) TxEnd(_ context.Context, e *inbox.TxEvent) {
@@ -128,6 +149,12 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := json.Unmarshal(m.Payload, &p); err != nil {
 			return inbox.Permanent(fmt.Errorf("payload: %w", err))
 		}
+		if p.Crash != "" {
+			crash(p.Crash, m.ID)
+		}
+		if err := lockAccounts(ctx, tx, accounts); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `UPDATE `+accounts+` SET balance = balance + $1 WHERE id = $2`, p.Amount, p.Account); err != nil {
 			return err
 		}
@@ -138,10 +165,16 @@ func RunConsumer(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	var h inbox.Handler[pgx.Tx] = credit
 	if f.pipelined {
 		h = inboxpgx.PipelineBatchFunc(func(ctx context.Context, msgs []inbox.Message, b *pgx.Batch) error {
+			if ids := accountsOf(msgs); len(ids) > 1 {
+				b.Queue(lockAccountsSQL(accounts), ids)
+			}
 			for _, m := range msgs {
 				var p payload
 				if err := json.Unmarshal(m.Payload, &p); err != nil {
 					return inbox.Permanent(fmt.Errorf("payload: %w", err))
+				}
+				if p.Crash != "" {
+					crash(p.Crash, m.ID)
 				}
 				b.Queue(`UPDATE `+accounts+` SET balance = balance + $1 WHERE id = $2`, p.Amount, p.Account)
 				b.Queue(`INSERT INTO `+effects+` (consumer, event_id, account, amount, slot) VALUES ($1, $2, $3, $4, $5)`,
@@ -174,6 +207,10 @@ func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.C
 		return runKafkaConsumer(ctx, f, client, h)
 	case "sqs":
 		return runSQSConsumer(ctx, f, client, h)
+	case "nats":
+		return runNATSConsumer(ctx, f, client, h)
+	case "rabbitmq":
+		return runRabbitConsumer(ctx, f, client, h)
 	default:
 		return fmt.Errorf("chaos-consumer: transport %q is not available", f.transport)
 	}

@@ -135,6 +135,18 @@ func (t *kafkaTransport) failCommit(req kmsg.Request) (kmsg.Response, error, boo
 	return resp, nil, true
 }
 
+func (t *kafkaTransport) calm() {
+	t.mu.Lock()
+	t.pending = nil
+	t.mu.Unlock()
+}
+
+// redelivery: the partitions of a member that was killed move to the
+// others once its session times out and the rebalance completes.
+func (t *kafkaTransport) redelivery() time.Duration {
+	return kafkaSession + kafkaRebalanceTimeout
+}
+
 func (t *kafkaTransport) close() {
 	if t.producer != nil {
 		t.producer.Close()

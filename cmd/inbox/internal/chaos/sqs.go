@@ -27,10 +27,15 @@ import (
 )
 
 // The SQS timings of a run: a short visibility timeout so that the messages
-// a killed consumer held come back quickly.
+// a killed consumer held come back quickly, and a backoff after a failure
+// that grows no longer than it. (The adapter doubles the backoff with each
+// receive of a message; on real SQS, where chaos receives a message many
+// times, the default cap of 5 minutes would hide one past any drain.)
 const (
-	sqsVisibility = 4 * time.Second
-	sqsWait       = time.Second
+	sqsVisibility      = 4 * time.Second
+	sqsWait            = time.Second
+	sqsRetryBackoff    = time.Second
+	sqsMaxRetryBackoff = sqsVisibility
 )
 
 // sqsTransport is goaws in this process, or a real SQS endpoint, with a
@@ -115,6 +120,19 @@ func (t *sqsTransport) injectFault(r *rand.Rand) bool {
 	return true
 }
 
+func (t *sqsTransport) calm() {
+	if t.faults != nil {
+		t.faults.disarm()
+	}
+}
+
+// redelivery: a message that a killed consumer held comes back when its
+// visibility timeout expires, one handed back after a failure when its
+// backoff does, and a consumer receives it within one long poll.
+func (t *sqsTransport) redelivery() time.Duration {
+	return max(sqsVisibility, sqsMaxRetryBackoff) + sqsWait
+}
+
 func (t *sqsTransport) close() {
 	if t.queueURL != "" {
 		_, _ = t.client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(t.queueURL)})
@@ -135,6 +153,13 @@ func (f *failer) arm(action string, n int) {
 		f.pending = map[string]int{}
 	}
 	f.pending[action] += n
+}
+
+// disarm drops the failures armed and not yet served.
+func (f *failer) disarm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	clear(f.pending)
 }
 
 func (f *failer) wrap(h http.Handler) http.Handler {
@@ -177,7 +202,8 @@ func runSQSConsumer(ctx context.Context, f *consumerFlags, client *inbox.Client[
 		// Chaos makes messages come back often; none of that is the
 		// message's fault.
 		MaxReceives:     1000,
-		RetryBackoff:    time.Second,
+		RetryBackoff:    sqsRetryBackoff,
+		MaxRetryBackoff: sqsMaxRetryBackoff,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          consumerLogger(),
 	})

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
@@ -22,8 +23,10 @@ type store interface {
 	setup(ctx context.Context, accounts int) error
 	// consumerArgs tell a consumer process where the store is.
 	consumerArgs() []string
-	// drained reports whether every one of n events has been applied.
-	drained(ctx context.Context, n int) bool
+	// applied returns how many distinct events have been applied.
+	applied(ctx context.Context) (int, error)
+	// deadLetters returns the reason of each dead-lettered event, by id.
+	deadLetters(ctx context.Context) (map[string]string, error)
 	// killConnections terminates some of the consumers' connections.
 	killConnections(ctx context.Context, r *rand.Rand) (int, error)
 	// check fills in res from what the store holds.
@@ -102,10 +105,26 @@ func (s *pgStore) consumerArgs() []string {
 	return []string{"--database-url", url, "--schema", s.schema}
 }
 
-func (s *pgStore) drained(ctx context.Context, n int) bool {
-	var applied int
-	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+s.table("effects")).Scan(&applied)
-	return err == nil && applied >= n
+func (s *pgStore) applied(ctx context.Context) (int, error) {
+	var n int
+	err := s.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+s.table("effects")).Scan(&n)
+	return n, err
+}
+
+func (s *pgStore) deadLetters(ctx context.Context) (map[string]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT coalesce(message_id, dedup_key), reason FROM `+s.table("inbox_dead_letters")+` WHERE consumer_name = $1`, DefaultConsumerName)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for rows.Next() {
+		var id, reason string
+		if err := rows.Scan(&id, &reason); err != nil {
+			return nil, err
+		}
+		out[id] = reason
+	}
+	return out, rows.Err()
 }
 
 // killConnections terminates between one and all of the consumers'
@@ -169,11 +188,11 @@ func (s *pgStore) check(ctx context.Context, events []event, res *Result) error 
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.table("inbox")+` WHERE consumer_name = $1`, DefaultConsumerName).Scan(&res.InboxRows); err != nil {
 		return err
 	}
-	// Every event of a run is healthy: a dead letter is one too many.
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM `+s.table("inbox_dead_letters")).Scan(&res.DeadLetteredHealthy); err != nil {
+	dead, err := s.deadLetters(ctx)
+	if err != nil {
 		return err
 	}
-	tally(events, applied, balances, res)
+	tally(events, applied, balances, dead, res)
 	return nil
 }
 
@@ -183,16 +202,42 @@ func (s *pgStore) close() {
 	s.pool.Close()
 }
 
-// tally compares what was applied with what was produced.
-func tally(events []event, applied map[string]int, balances map[int]int64, res *Result) {
+// tally compares what was applied, and dead-lettered, with what was
+// produced. A crash-poison event must be dead-lettered as crashed_consumer
+// and never applied; any other event applied once, and never dead-lettered.
+func tally(events []event, applied map[string]int, balances map[int]int64, dead map[string]string, res *Result) {
 	want := map[int]int64{}
+	sent := make(map[string]bool, len(events))
 	for _, e := range events {
+		sent[e.ID] = true
+		if e.Crash != "" {
+			if dead[e.ID] == inbox.ReasonCrashedConsumer {
+				res.CrashPoisonDeadLettered++
+			}
+			if applied[e.ID] > 0 {
+				res.DoubleApplied += applied[e.ID]
+				res.Problems = append(res.Problems, fmt.Sprintf("crash-poison event %s was applied", e.ID))
+			}
+			continue
+		}
+		if reason, ok := dead[e.ID]; ok {
+			// Every event but crash poison is healthy: a dead letter is a
+			// misjudged failure.
+			res.DeadLetteredHealthy++
+			res.Problems = append(res.Problems, fmt.Sprintf("healthy event %s was dead-lettered (%s)", e.ID, reason))
+		}
 		want[e.Account] += e.Amount
 		switch n := applied[e.ID]; {
 		case n == 0:
 			res.Lost++
 		case n > 1:
 			res.DoubleApplied += n - 1
+		}
+	}
+	for id, reason := range dead {
+		if !sent[id] {
+			res.DeadLetteredHealthy++
+			res.Problems = append(res.Problems, fmt.Sprintf("dead letter %s (%s) is no event of the run", id, reason))
 		}
 	}
 	for acct, w := range want {

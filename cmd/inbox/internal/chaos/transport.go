@@ -18,6 +18,12 @@ type transport interface {
 	// injectFault makes the broker fail a request, where it can; it reports
 	// whether it did.
 	injectFault(r *rand.Rand) bool
+	// calm drops the faults injected and not yet hit, before the drain.
+	calm()
+	// redelivery bounds how long a message can stay out of every
+	// consumer's reach once the faults stop: held by a consumer that was
+	// killed, or handed back with a backoff.
+	redelivery() time.Duration
 	close()
 }
 
@@ -27,6 +33,10 @@ func newTransport(ctx context.Context, cfg *Config) (transport, error) {
 		return newKafka(ctx, cfg)
 	case "sqs":
 		return newSQS(ctx, cfg)
+	case "nats":
+		return newNATS(ctx, cfg)
+	case "rabbitmq":
+		return newRabbit(ctx, cfg)
 	default:
 		return nil, fmt.Errorf("chaos: transport %q is not available", cfg.Transport)
 	}

@@ -1,7 +1,7 @@
-// Package demo is 'inbox demo': the seed's story of the handler that ran
-// twice, replayed with every fix the seed names side by side, on an
-// embedded SQLite store and an in-process Kafka (kfake) unless it is given
-// real ones.
+// Package demo is 'inbox demo': the story of the handler that ran twice,
+// replayed with the common fixes for duplicate deliveries side by side, on
+// an embedded SQLite store and an in-process Kafka (kfake) unless it is
+// given real ones.
 //
 // A producer emits OrderPlaced events, each with a stable event id in a
 // header. Two of them are legitimate and have identical bodies (two
@@ -10,7 +10,7 @@
 // read them: billing credits an account and inventory reserves stock.
 //
 // Each consumer runs under each strategy, on a consumer group of its own,
-// and goes through the same crashes at the seed's windows:
+// and goes through the same crashes, where at-least-once delivery hurts:
 //
 //   - after the side effect, before the commit;
 //   - after the commit, before the offset commit;
@@ -99,10 +99,10 @@ type StrategyResult struct {
 	// the distinct events add up to.
 	BalanceOK bool `json:"balance_ok"`
 
-	// Cents and WantCents are the sum of the balances, as they are and as
-	// they should be. Not part of the JSON contract.
-	Cents     int64 `json:"-"`
-	WantCents int64 `json:"-"`
+	// Cents and WantCents are the sum of the balances, in cents, as they
+	// are and as the distinct events add up.
+	Cents     int64 `json:"balance_cents"`
+	WantCents int64 `json:"expected_balance_cents"`
 }
 
 // The strategies, in the order they are shown.
@@ -126,7 +126,7 @@ func (e event) body() []byte {
 	return fmt.Appendf(nil, `{"type":"OrderPlaced","account":%q,"amount_cents":%d,"sku":%q,"qty":%d}`, e.Account, e.Cents, e.SKU, e.Qty)
 }
 
-// window is a crash window of the seed.
+// window is a crash window: a point where at-least-once delivery hurts.
 type window int
 
 const (

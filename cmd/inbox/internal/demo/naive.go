@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// naive runs one consumer of one of the strategies the seed warns about,
+// naive runs one consumer of one of the strategies that fail,
 // written by hand the way such consumers usually are: poll, process a batch
 // of records one transaction each, commit the batch's offsets.
 type naive struct {

@@ -56,10 +56,19 @@ func openStore(ctx context.Context, url string) (*store, error) {
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("demo: cannot reach the database: %w", err)
+		return nil, fmt.Errorf("demo: cannot reach the database at %s: %w", where(url), err)
 	}
 	st.db = db
 	return st, nil
+}
+
+// where names the database of url for messages, without its password.
+func where(url string) string {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
 }
 
 // openPostgres opens url with schema first on the search_path.

@@ -1,0 +1,87 @@
+package inboxnats
+
+import (
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/txinbox/inbox"
+)
+
+// Transport is the inbox.Source.Transport of the messages this package
+// delivers.
+const Transport = "nats"
+
+// HeaderEventID is the header that carries the producer's event id, as
+// the outbox and the other adapters name it. Read it with
+// inbox.HeaderKey(HeaderEventID).
+const HeaderEventID = "event-id"
+
+// delivery is one fetched message while the consumer holds it: from the
+// fetch until it is acknowledged, naked or terminated.
+type delivery struct {
+	raw       jetstream.Msg
+	msg       inbox.Message // ID is empty until the KeyFunc ran
+	delivered int           // NumDelivered
+
+	// mu serialises the acknowledgements of this delivery: a heartbeat
+	// (InProgress) never runs concurrently with, or after, the ack, nak or
+	// term that settles it.
+	mu      sync.Mutex
+	settled bool
+}
+
+// newDelivery wraps m. The message's Source holds the stream as Queue,
+// the stream sequence as Offset, and the subject as Key.
+func newDelivery(stream string, m jetstream.Msg) *delivery {
+	d := &delivery{
+		raw: m,
+		msg: inbox.Message{
+			Payload: m.Data(),
+			Headers: headers(m.Headers()),
+			Source: inbox.Source{
+				Transport: Transport,
+				Queue:     stream,
+				Key:       []byte(m.Subject()),
+			},
+		},
+		delivered: 1,
+	}
+	if md, err := m.Metadata(); err == nil {
+		d.msg.Source.Queue = md.Stream
+		d.msg.Source.Offset = int64(min(md.Sequence.Stream, 1<<63-1))
+		if md.NumDelivered > 0 {
+			d.delivered = int(min(md.NumDelivered, 1<<31-1))
+		}
+	}
+	return d
+}
+
+// headers turns NATS headers into inbox headers: each header's first value,
+// under the name as it was sent (NATS header names are case-sensitive).
+func headers(h nats.Header) map[string]string {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(h))
+	for name, vs := range h {
+		if len(vs) > 0 {
+			out[name] = vs[0]
+		}
+	}
+	return out
+}
+
+// settle marks d as settled, waiting for a heartbeat in progress on it, so
+// that no InProgress is sent for it afterwards. It reports whether d was
+// still unsettled.
+func (d *delivery) settle() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return false
+	}
+	d.settled = true
+	return true
+}

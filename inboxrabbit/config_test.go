@@ -1,0 +1,122 @@
+package inboxrabbit
+
+import (
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/require"
+)
+
+// TestConfigValidate: each field's error names it.
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		adjust func(*Config)
+		want   string
+	}{
+		{"valid", func(*Config) {}, ""},
+		{"no queue", func(c *Config) { c.Queue = "" }, "Config.Queue"},
+		{"no key", func(c *Config) { c.Key = nil }, "Config.Key"},
+		{"no consumer", func(c *Config) { c.Consumer = "" }, "Config.Consumer"},
+		{"negative workers", func(c *Config) { c.Workers = -1 }, "Config.Workers"},
+		{"prefetch below batch", func(c *Config) { c.Batch, c.Prefetch = 10, 5 }, "Config.Prefetch"},
+		{"prefetch too large", func(c *Config) { c.Prefetch = 70000 }, "Config.Prefetch"},
+		{"ordered defaults", func(c *Config) { c.Ordered = true }, ""},
+		{"ordered with workers", func(c *Config) { c.Ordered, c.Workers = true, 2 }, "Config.Workers must be 1"},
+		{"ordered with batch", func(c *Config) { c.Ordered, c.Batch, c.Prefetch = true, 5, 5 }, "Config.Batch must be 1"},
+		{"ordered with prefetch", func(c *Config) { c.Ordered, c.Prefetch = true, 5 }, "Config.Prefetch must be 1"},
+		{"negative max deliveries", func(c *Config) { c.MaxDeliveries = -1 }, "Config.MaxDeliveries"},
+		{"retry cap over the limit", func(c *Config) { c.MaxRetryBackoff = time.Hour }, "Config.MaxRetryBackoff"},
+		{"reconnect cap below base", func(c *Config) { c.ReconnectBackoff, c.MaxReconnectBackoff = time.Minute, time.Second }, "Config.MaxReconnectBackoff"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := &Config{Queue: "q", Consumer: "billing", Key: inbox.HeaderKey(HeaderEventID)}
+			tt.adjust(c)
+			cfg := c.withDefaults()
+			err := cfg.validate()
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+	cfg := (&Config{Ordered: true}).withDefaults()
+	require.Equal(t, 1, cfg.Workers)
+	require.Equal(t, 1, cfg.Batch)
+	require.Equal(t, 1, cfg.Prefetch)
+	cfg = (&Config{}).withDefaults()
+	require.Equal(t, 2*DefaultWorkers*DefaultBatch, cfg.Prefetch)
+}
+
+// TestDeliveryCount reads a quorum queue's x-delivery-count in each of the
+// integer types a table can carry.
+func TestDeliveryCount(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, 0, deliveryCount(nil))
+	require.Equal(t, 0, deliveryCount(amqp.Table{"other": int64(3)}))
+	for _, v := range []any{int64(2), int32(2), int16(2), int8(2), int(2), uint8(2), uint16(2), uint32(2)} {
+		require.Equal(t, 3, deliveryCount(amqp.Table{headerDeliveryCount: v}), "%T", v)
+	}
+	require.Equal(t, 0, deliveryCount(amqp.Table{headerDeliveryCount: "2"}))
+	require.Equal(t, 0, deliveryCount(amqp.Table{headerDeliveryCount: int64(-1)}))
+	require.Equal(t, 0, deliveryCount(amqp.Table{headerDeliveryCount: int64(1 << 40)}))
+}
+
+// TestHeaderText writes each kind of AMQP field value as text.
+func TestHeaderText(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	require.Equal(t, map[string]string{
+		"s":     "x",
+		"b":     "bytes",
+		"bin":   "/w==",
+		"i":     "42",
+		"f":     "1.5",
+		"t":     "true",
+		"ts":    "2026-01-02T03:04:05Z",
+		"nil":   "",
+		"table": "map[k:v]",
+	}, headers(amqp.Table{
+		"s": "x", "b": []byte("bytes"), "bin": []byte{0xff}, "i": int32(42), "f": 1.5,
+		"t": true, "ts": at, "nil": nil, "table": amqp.Table{"k": "v"},
+	}))
+	require.Nil(t, headers(nil))
+}
+
+// TestAttemptsAreBounded: the count of failed attempts keeps at most its
+// limit of ids.
+func TestAttemptsAreBounded(t *testing.T) {
+	t.Parallel()
+	a := newAttempts(3)
+	a.fail("a")
+	a.fail("a")
+	require.Equal(t, 2, a.get("a"))
+	for _, id := range []string{"b", "c", "d", "e"} {
+		a.fail(id)
+	}
+	require.LessOrEqual(t, len(a.byID), 3)
+	a.forget("e")
+	require.Equal(t, 0, a.get("e"))
+	a.fail("")
+	require.Equal(t, 0, a.get(""))
+}
+
+// TestMessageIDKey reads the message-id property, and only that.
+func TestMessageIDKey(t *testing.T) {
+	t.Parallel()
+	d := newDelivery("q", nil, amqp.Delivery{MessageId: "0198c3c9-8e8e-7a36-9a1e-8b2f8c7f4a11"})
+	id, err := MessageIDKey(d.msg)
+	require.NoError(t, err)
+	require.Equal(t, "0198c3c9-8e8e-7a36-9a1e-8b2f8c7f4a11", id)
+	_, err = MessageIDKey(newDelivery("q", nil, amqp.Delivery{}).msg)
+	require.ErrorIs(t, err, inbox.ErrNoMessageID)
+	_, err = MessageIDKey(inbox.Message{Source: inbox.Source{Transport: "sqs", BrokerID: "x"}})
+	require.ErrorIs(t, err, inbox.ErrNoMessageID)
+}

@@ -1,0 +1,139 @@
+package inboxrabbit
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+)
+
+// DialFunc opens a connection to the broker. The consumer calls it when it
+// starts and again after each loss of its connection or channel; it owns
+// the connections it returns and closes them. amqp091-go does not
+// reconnect by itself: this is how the consumer does.
+type DialFunc func(ctx context.Context) (*amqp.Connection, error)
+
+// DialURL returns a DialFunc that dials url with config, with
+// amqp.DialConfig. Its dial and handshake are bounded by config.Dial (30
+// seconds by default), not by the context.
+func DialURL(url string, config amqp.Config) DialFunc {
+	return func(context.Context) (*amqp.Connection, error) {
+		return amqp.DialConfig(url, config)
+	}
+}
+
+// session is one connection and the channel the consumer consumes on. A
+// delivery can be acknowledged only on the channel it arrived on (delivery
+// tags are the channel's), so each delivery keeps its session, and acks
+// for a session that died are skipped: the broker requeued those
+// deliveries when the channel closed, and the inbox skips their
+// redeliveries. This is the generation fence.
+type session struct {
+	gen        uint64
+	conn       *amqp.Connection
+	ch         *amqp.Channel
+	deliveries <-chan amqp.Delivery
+
+	// dead is set, and done closed, once the channel or the connection
+	// closed, for whatever reason.
+	dead    atomic.Bool
+	done    chan struct{}
+	watched sync.WaitGroup
+
+	// timers are the pending retries of this session's deliveries.
+	mu     sync.Mutex
+	timers map[*time.Timer]struct{}
+	closed bool
+}
+
+// connect dials, opens a channel with the prefetch and starts consuming.
+func (c *Consumer[TTx]) connect(ctx context.Context) (*session, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("dial: %w", err)
+	}
+	if conn == nil {
+		return nil, fmt.Errorf("dial: the DialFunc returned no connection")
+	}
+	ch, err := conn.Channel()
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("open a channel: %w", err)
+	}
+	if err := ch.Qos(c.config.Prefetch, 0, false); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("set the prefetch: %w", err)
+	}
+	s := &session{
+		gen:    c.gen.Add(1),
+		conn:   conn,
+		ch:     ch,
+		done:   make(chan struct{}),
+		timers: map[*time.Timer]struct{}{},
+	}
+	chClosed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	connClosed := conn.NotifyClose(make(chan *amqp.Error, 1))
+	s.watched.Go(func() {
+		var cause *amqp.Error
+		select {
+		case cause = <-chClosed:
+		case cause = <-connClosed:
+		}
+		s.dead.Store(true)
+		close(s.done)
+		if cause != nil {
+			c.logger.WarnContext(ctx, "inboxrabbit: lost the channel; its unacknowledged deliveries go back to the queue",
+				"queue", c.config.Queue, "generation", s.gen, "err", cause)
+		}
+	})
+	tag := ""
+	if c.config.ConsumerTag != "" {
+		tag = c.config.ConsumerTag + "-" + strconv.FormatUint(s.gen, 10)
+	}
+	s.deliveries, err = ch.Consume(c.config.Queue, tag, false, false, false, false, nil)
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("consume %s: %w", c.config.Queue, err)
+	}
+	return s, nil
+}
+
+// later runs f after d, unless the session is closed first.
+func (s *session) later(d time.Duration, f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		_, pending := s.timers[t]
+		delete(s.timers, t)
+		s.mu.Unlock()
+		if pending {
+			f()
+		}
+	})
+	s.timers[t] = struct{}{}
+}
+
+// close stops the pending retries and closes the channel and the
+// connection. The broker requeues every delivery not acknowledged.
+func (s *session) close() {
+	s.mu.Lock()
+	s.closed = true
+	for t := range s.timers {
+		t.Stop()
+	}
+	clear(s.timers)
+	s.mu.Unlock()
+	s.dead.Store(true)
+	_ = s.ch.Close()
+	_ = s.conn.Close()
+	s.watched.Wait()
+}

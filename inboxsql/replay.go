@@ -1,0 +1,50 @@
+package inboxsql
+
+import (
+	"context"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+var _ inboxdriver.ReplayStore = (*Driver)(nil)
+
+// DeadLetterMarkReplay implements inboxdriver.ReplayStore.
+func (d *Driver) DeadLetterMarkReplay(ctx context.Context, p *inboxdriver.DeadLetterMarkParams) (int64, error) {
+	query, key := d.q.deadLetterMarkOne, any(p.ID)
+	if p.ID == 0 {
+		query, key = d.q.deadLetterMarkAll, p.Consumer
+	}
+	res, err := d.db.ExecContext(ctx, query, d.timeArg(p.Now), key)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// DeadLettersMarked implements inboxdriver.ReplayStore.
+func (d *Driver) DeadLettersMarked(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxdriver.DeadLetter, error) {
+	rows, err := d.db.QueryContext(ctx, d.q.deadLettersMarked, p.Consumer, p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*inboxdriver.DeadLetter
+	for rows.Next() {
+		dl, err := d.scanDeadLetter(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, dl)
+	}
+	return out, rows.Err()
+}
+
+// DeadLetterUnmarkReplay implements inboxdriver.ReplayStore.
+func (d *Driver) DeadLetterUnmarkReplay(ctx context.Context, id int64) (bool, error) {
+	res, err := d.db.ExecContext(ctx, d.q.deadLetterUnmark, id)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}

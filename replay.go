@@ -1,0 +1,181 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// ErrReplayUnsupported is returned by MarkDeadLetterForReplay,
+// MarkDeadLettersForReplay and ReplayDeadLetters when the client's driver
+// keeps no replay requests (it does not implement inboxdriver.ReplayStore).
+var ErrReplayUnsupported = errors.New("inbox: the store keeps no replay requests")
+
+// MaxReplayPerCall bounds the dead letters that one call of
+// ReplayDeadLetters replays. Call it again for the rest.
+const MaxReplayPerCall = 1000
+
+// replayPage is how many marked dead letters ReplayDeadLetters reads at
+// once.
+const replayPage = 100
+
+// ReplayResult is what ReplayDeadLetters did with one dead letter.
+type ReplayResult struct {
+	// DeadLetter is the dead letter as it was before the replay.
+	DeadLetter *DeadLetter
+	// Outcome is Applied or Duplicate when Err is nil; the dead letter was
+	// then deleted.
+	Outcome Outcome
+	// Err is why the message failed again: its handler's error. The dead
+	// letter stays, with this error and one more attempt recorded, and it
+	// is no longer marked: mark it again to retry.
+	Err error
+}
+
+func (c *Client[TTx]) replayStore() (inboxdriver.ReplayStore, error) {
+	rs, ok := c.driver.(inboxdriver.ReplayStore)
+	if !ok {
+		return nil, ErrReplayUnsupported
+	}
+	return rs, nil
+}
+
+// MarkDeadLetterForReplay marks dead letter id for replay, so that the
+// application's next ReplayDeadLetters for its consumer replays it with the
+// consumer's handler. It is what 'inbox deadletters replay ID' does: only
+// the application has the handler. It reports false when the dead letter
+// was already marked; of two concurrent marks, one reports true. It returns
+// an error wrapping ErrNotFound when there is no such dead letter, and
+// ErrNoMessageID when it has no valid id (no replay can apply it: fix the
+// producer and publish it again). The store's tables need migration 005.
+func (c *Client[TTx]) MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error) {
+	rs, err := c.replayStore()
+	if err != nil {
+		return false, err
+	}
+	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{ID: id, Now: c.config.Now()})
+	if err != nil {
+		return false, fmt.Errorf("inbox: mark dead letter %d for replay: %w", id, c.classify(err))
+	}
+	if n > 0 {
+		return true, nil
+	}
+	// Nothing marked: say why.
+	d, err := c.DeadLetterGet(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	if d.MessageID == "" {
+		return false, fmt.Errorf("inbox: dead letter %d (reason %s) cannot be replayed: %w: fix the producer and publish it again", id, d.Reason, ErrNoMessageID)
+	}
+	return false, nil
+}
+
+// MarkDeadLettersForReplay marks for replay every dead letter of consumer
+// that has a valid message id and is not marked yet, and returns how many it
+// marked. See MarkDeadLetterForReplay.
+func (c *Client[TTx]) MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error) {
+	if err := ValidateConsumer(consumer); err != nil {
+		return 0, err
+	}
+	rs, err := c.replayStore()
+	if err != nil {
+		return 0, err
+	}
+	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{Consumer: consumer, Now: c.config.Now()})
+	if err != nil {
+		return 0, fmt.Errorf("inbox: mark dead letters of %s for replay: %w", consumer, c.classify(err))
+	}
+	return n, nil
+}
+
+// ReplayDeadLetters replays, with h, the dead letters of consumer that are
+// marked for replay, oldest mark first, at most MaxReplayPerCall of them.
+// Call it where the consumer's handler lives, for instance on a ticker
+// beside the consumer, so that an operator's 'inbox deadletters replay'
+// takes effect.
+//
+// Each message is processed exactly as Process would: the inbox claims its
+// id first, so a message is applied once however many replays race, and a
+// replay of a message that was applied meanwhile is a Duplicate. A dead
+// letter that is Applied or a Duplicate is deleted. One whose handler fails
+// again stays, with the new error and one more attempt recorded, and is
+// unmarked: one request, one attempt.
+//
+// A failure of the store, or of ctx, stops the call: it returns the results
+// so far and the error, and the dead letters not replayed stay marked.
+func (c *Client[TTx]) ReplayDeadLetters(ctx context.Context, consumer string, h Handler[TTx]) ([]ReplayResult, error) {
+	if err := ValidateConsumer(consumer); err != nil {
+		return nil, err
+	}
+	rs, err := c.replayStore()
+	if err != nil {
+		return nil, err
+	}
+	var results []ReplayResult
+	for range MaxReplayPerCall / replayPage {
+		page, err := rs.DeadLettersMarked(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: replayPage})
+		if err != nil {
+			return results, fmt.Errorf("inbox: list dead letters of %s marked for replay: %w", consumer, c.classify(err))
+		}
+		if len(page) == 0 {
+			break
+		}
+		// Every dead letter of the page leaves the marked set: deleted,
+		// unmarked, or the call returns.
+		for _, d := range page {
+			r, err := c.replayMarked(ctx, rs, d, h)
+			if err != nil {
+				return results, err
+			}
+			results = append(results, r)
+		}
+	}
+	return results, nil
+}
+
+// replayMarked replays one marked dead letter.
+func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplayStore, d *DeadLetter, h Handler[TTx]) (ReplayResult, error) {
+	msg := deadLetterMessage(d)
+	outcome, err := c.Process(ctx, d.Consumer, msg, h)
+	if err == nil {
+		// Deleting it deletes its mark. If this fails, it stays marked, and
+		// the next call finds it a Duplicate.
+		if _, err := c.driver.DeadLetterDelete(ctx, d.ID); err != nil {
+			return ReplayResult{}, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", d.ID, outcome, c.classify(err))
+		}
+		return ReplayResult{DeadLetter: d, Outcome: outcome}, nil
+	}
+	if storeFailure(err) {
+		return ReplayResult{}, fmt.Errorf("inbox: replay dead letter %d: %w", d.ID, err)
+	}
+	if derr := c.DeadLetter(ctx, DeadLetterParams{Consumer: d.Consumer, Message: msg, Err: err, Attempts: d.Attempts + 1}); derr != nil {
+		return ReplayResult{}, derr
+	}
+	if _, uerr := rs.DeadLetterUnmarkReplay(ctx, d.ID); uerr != nil {
+		return ReplayResult{}, fmt.Errorf("inbox: unmark dead letter %d after its replay failed: %w", d.ID, c.classify(uerr))
+	}
+	return ReplayResult{DeadLetter: d, Err: err}, nil
+}
+
+// storeFailure reports whether err is a failure of the store or of the
+// context, rather than of the message's handler.
+func storeFailure(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConflict) || errors.Is(err, ErrLockTimeout) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// deadLetterMessage is the message a dead letter stored.
+func deadLetterMessage(d *DeadLetter) Message {
+	return Message{
+		ID:      d.MessageID,
+		Payload: d.Payload,
+		Headers: d.Headers,
+		Source: Source{
+			Transport: d.Transport, Queue: d.Queue, Partition: d.Partition,
+			Offset: d.Offset, BrokerID: d.BrokerID, Key: d.Key,
+		},
+	}
+}
