@@ -62,10 +62,10 @@
 // # Whose fault is a failure
 //
 // A failure of the inbox's own work (begin, claim, commit, the dead-letter
-// write, the effects ledger) is the store's, whatever its error code:
-// permission denied, read-only after a failover, a missing table, a
-// refused connection. It would hit every message, so it is never one of a
-// message's attempts and never a reason to dead-letter. An error a handler
+// write, the effects and takeover ledgers) is the store's, whatever its
+// error code: permission denied, read-only after a failover, a missing
+// table, a refused connection. It would hit every message, so it is never
+// one of a message's attempts and never a reason to dead-letter. An error a handler
 // returns is the message's, unless its transaction's connection broke or
 // the handler marked it [Unavailable]; a handler's own io.EOF is the
 // message's. The errors the client returns carry the [Stage] they failed

@@ -26,8 +26,10 @@ const (
 	StageCommit
 	// StageDeadLetter is the write of a dead letter (Client.DeadLetter).
 	StageDeadLetter
-	// StageLedger is a read or write of the effects ledger by
-	// Client.Effect, from inside a handler.
+	// StageLedger is a read or write of one of the inbox's ledgers: the
+	// effects ledger, by Client.Effect from inside a handler, and the
+	// takeover ledger (Client.RecordTakeover, StartTakeover,
+	// TakeoverDone), by a transport adapter.
 	StageLedger
 )
 
@@ -126,7 +128,7 @@ const (
 	// error, an unknown outcome. It is dead-lettered at once.
 	FaultPermanent
 	// FaultStore is the store's failure: the inbox's own work failed
-	// (begin, claim, commit, the dead-letter write, the ledger), whatever
+	// (begin, claim, commit, the dead-letter write, a ledger), whatever
 	// its error code (permission denied, read-only, a missing table, a
 	// refused connection), or the connection of the message's transaction
 	// broke under its handler. The same failure would hit every message: it
