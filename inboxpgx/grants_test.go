@@ -2,6 +2,7 @@ package inboxpgx_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -19,9 +20,9 @@ import (
 // grantsFixture is a migrated schema, and the qualified names of its
 // tables, for roles that hold only the grants docs/GRANTS.md lists.
 type grantsFixture struct {
-	schema                      string
-	inbox, deadLetters, effects string
-	admin                       *inboxpgx.Driver // the tables' owner
+	schema                                 string
+	inbox, deadLetters, effects, takeovers string
+	admin                                  *inboxpgx.Driver // the tables' owner
 }
 
 func newGrantsFixture(t *testing.T) *grantsFixture {
@@ -31,6 +32,7 @@ func newGrantsFixture(t *testing.T) *grantsFixture {
 		inbox:       pgx.Identifier{schema, "inbox"}.Sanitize(),
 		deadLetters: pgx.Identifier{schema, "inbox_dead_letters"}.Sanitize(),
 		effects:     pgx.Identifier{schema, "inbox_effects"}.Sanitize(),
+		takeovers:   pgx.Identifier{schema, "inbox_takeovers"}.Sanitize(),
 		admin:       d,
 	}
 }
@@ -55,13 +57,14 @@ func (f *grantsFixture) roleClient(t *testing.T, grants ...string) (string, *inb
 	return q, c
 }
 
-// consumerGrants are the grants of a consumer that dead-letters and uses
-// the effects ledger, as docs/GRANTS.md lists them.
+// consumerGrants are the grants of a Kafka consumer that dead-letters and
+// uses the effects ledger, as docs/GRANTS.md lists them.
 func (f *grantsFixture) consumerGrants() []string {
 	return []string{
 		`SELECT, INSERT ON ` + f.inbox,
 		`SELECT, INSERT, UPDATE (reason, error_text, attempts, last_seen_at) ON ` + f.deadLetters,
 		`SELECT, INSERT, UPDATE ON ` + f.effects,
+		`SELECT, INSERT, UPDATE, DELETE ON ` + f.takeovers,
 	}
 }
 
@@ -74,8 +77,23 @@ func (f *grantsFixture) cleanerGrants() []string {
 }
 
 // consume runs everything a consumer does: a claim, a pipelined claim, a
-// batch, an effect, a dead letter twice (the second updates the first).
+// batch, an effect, a dead letter twice (the second updates the first),
+// and, as inboxkafka does, a takeover, the start of a record, a second
+// takeover that counts it, and a clean stop.
 func consume(ctx context.Context, c *inbox.Client[pgx.Tx]) error {
+	const source = "kafka:orders/0"
+	if _, err := c.RecordTakeover(ctx, "billing", source, 1); err != nil {
+		return err
+	}
+	if err := c.StartTakeover(ctx, "billing", source, 1); err != nil {
+		return err
+	}
+	if _, err := c.RecordTakeover(ctx, "billing", source, 1); err != nil {
+		return err
+	}
+	if err := c.TakeoverDone(ctx, "billing", source, 1); err != nil {
+		return err
+	}
 	effect := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
 		_, err := c.Effect(ctx, m, "notify", func(context.Context, string) ([]byte, error) { return []byte("ok"), nil }, nil)
 		return err
@@ -118,6 +136,10 @@ func TestGrants(t *testing.T) {
 			`UPDATE ON ` + f.deadLetters,
 			`SELECT ON ` + f.deadLetters,
 			`UPDATE ON ` + f.effects,
+			`SELECT ON ` + f.takeovers,
+			`INSERT ON ` + f.takeovers,
+			`UPDATE ON ` + f.takeovers,
+			`DELETE ON ` + f.takeovers,
 		} {
 			testdb.Exec(t, `REVOKE `+missing+` FROM `+role)
 			err := consume(ctx, c)
@@ -127,6 +149,53 @@ func TestGrants(t *testing.T) {
 				testdb.Exec(t, `GRANT `+g+` TO `+role)
 			}
 			require.NoError(t, consume(ctx, c), "granted again")
+		}
+	})
+
+	t.Run("replay", func(t *testing.T) {
+		// The operator marks dead letters (inbox deadletters replay); the
+		// application replays them with its handler, as the consumer.
+		replayer := append(f.consumerGrants(), `DELETE, UPDATE (replay_requested_at) ON `+f.deadLetters)
+		operatorGrants := []string{`SELECT, UPDATE (replay_requested_at) ON ` + f.deadLetters}
+		appRole, app := f.roleClient(t, replayer...)
+		opRole, op := f.roleClient(t, operatorGrants...)
+		failing := inboxtest.NewID()
+		h := inbox.HandlerFunc[pgx.Tx](func(_ context.Context, _ pgx.Tx, m inbox.Message) error {
+			if m.ID == failing {
+				return errors.New("still failing")
+			}
+			return nil
+		})
+		replay := func() error {
+			for _, id := range []string{inboxtest.NewID(), failing} {
+				dl := inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: id}, Reason: inbox.ReasonPermanent}
+				if err := app.DeadLetter(ctx, dl); err != nil {
+					return err
+				}
+			}
+			if _, err := op.MarkDeadLettersForReplay(ctx, "billing"); err != nil {
+				return err
+			}
+			_, err := app.ReplayDeadLetters(ctx, "billing", h)
+			return err
+		}
+		require.NoError(t, replay())
+		for _, tt := range []struct {
+			role, missing string
+			grants        []string
+		}{
+			{opRole, `UPDATE (replay_requested_at) ON ` + f.deadLetters, operatorGrants},
+			{opRole, `SELECT ON ` + f.deadLetters, operatorGrants},
+			{appRole, `DELETE ON ` + f.deadLetters, replayer},                       // an applied replay's dead letter
+			{appRole, `UPDATE (replay_requested_at) ON ` + f.deadLetters, replayer}, // a failed replay's mark
+		} {
+			testdb.Exec(t, `REVOKE `+tt.missing+` FROM `+tt.role)
+			require.ErrorIs(t, replay(), inbox.ErrPermissionDenied, "without %s", tt.missing)
+			for _, g := range tt.grants {
+				testdb.Exec(t, `GRANT `+g+` TO `+tt.role)
+			}
+			// What the failed replay left marked goes now.
+			require.NoError(t, replay(), "granted again")
 		}
 	})
 

@@ -176,6 +176,8 @@ func NewStore(t *testing.T, db *DB, effectsDDL string) *Store {
 		`GRANT SELECT, INSERT ON `+s.Inbox+` TO `+r,
 		`GRANT SELECT, INSERT, UPDATE (reason, error_text, attempts, last_seen_at) ON `+qualify(schema, "inbox_dead_letters")+` TO `+r,
 		`GRANT SELECT, INSERT ON `+s.Effects+` TO `+r,
+		// inboxkafka's takeover ledger.
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON `+qualify(schema, "inbox_takeovers")+` TO `+r,
 	)
 	u, err := url.Parse(roleURL)
 	require.NoError(t, err)

@@ -63,6 +63,7 @@ func (s *pgStore) consumerRole(ctx context.Context) error {
 		`GRANT SELECT, INSERT ON ` + s.table("inbox") + ` TO ` + r,
 		`GRANT SELECT, INSERT, UPDATE (reason, error_text, attempts, last_seen_at) ON ` + s.table("inbox_dead_letters") + ` TO ` + r,
 		`GRANT SELECT, INSERT, UPDATE ON ` + s.table("inbox_effects") + ` TO ` + r,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + s.table("inbox_takeovers") + ` TO ` + r,
 		`GRANT SELECT, UPDATE ON ` + s.table("accounts") + ` TO ` + r,
 		`GRANT INSERT ON ` + s.table("effects") + ` TO ` + r,
 	} {
