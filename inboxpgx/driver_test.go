@@ -84,7 +84,11 @@ func TestDeadlockIsRetried(t *testing.T) {
 	wg.Wait()
 	require.NoError(t, results[0])
 	require.NoError(t, results[1])
-	require.Equal(t, int32(3), attempts.Load(), "one handler should have been retried once after the deadlock")
+	// At least one retry: the deadlock aborted one handler. Under load the
+	// server can abort a retried handler once more (CI saw 4 attempts), so
+	// the count is a floor; the invariant is that each message applied once.
+	require.GreaterOrEqual(t, attempts.Load(), int32(3), "one handler should have been retried after the deadlock")
+	t.Logf("%d handler attempts for 2 messages", attempts.Load())
 	var sum int64
 	require.NoError(t, d.Pool().QueryRow(context.Background(), `SELECT sum(balance) FROM `+accounts).Scan(&sum))
 	require.Equal(t, int64(4), sum, "each message adds 1 to both accounts, once")

@@ -15,8 +15,8 @@ import (
 )
 
 func runChaos(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "chaos", "chaos [--transport kafka|sqs] [--duration 60s] [--events N] [--json] [flags]")
-	transport := fs.String("transport", "kafka", "kafka (kfake in process unless --brokers) or sqs (goaws in process unless --sqs-endpoint)")
+	fs := newFlags(e, "chaos", "chaos [--transport kafka|sqs|nats|rabbitmq] [--duration 60s] [--events N] [--json] [flags]")
+	transport := fs.String("transport", "kafka", "kafka (kfake in process unless --brokers), sqs (goaws in process unless --sqs-endpoint), nats (an embedded JetStream server) or rabbitmq (the local server)")
 	brokers := fs.String("brokers", "", "a real Kafka cluster, host:port[,host:port]")
 	sqsEndpoint := fs.String("sqs-endpoint", "", "a real SQS endpoint URL")
 	databaseURL := fs.String("database-url", "", "the store: postgres://… (default: $DATABASE_URL, then the local test server)")
@@ -37,8 +37,12 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	// The same bounds as chaos.Run's, checked here so that a mistake is a
 	// usage error (exit 2) and starts nothing.
 	switch {
-	case *transport != "kafka" && *transport != "sqs":
-		return usagef("--transport %q: want kafka or sqs", *transport)
+	case *transport != "kafka" && *transport != "sqs" && *transport != "nats" && *transport != "rabbitmq":
+		return usagef("--transport %q: want kafka, sqs, nats or rabbitmq", *transport)
+	case *crashPoison > 0 && *transport != "kafka":
+		return usagef("--crash-poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", *crashPoison)
+	case *crashPoison > *events/10:
+		return usagef("--crash-poison %d: want at most a tenth of --events (%d)", *crashPoison, *events/10)
 	case *consumers < 1 || *consumers > 16:
 		return usagef("--consumers %d: want 1 to 16", *consumers)
 	case *events < 1 || *events > 1_000_000:

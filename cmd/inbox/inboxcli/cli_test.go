@@ -74,6 +74,8 @@ func TestUsageErrors(t *testing.T) {
 		{"chaos", "--duplicates", "1.5"},
 		{"chaos", "--consumers", "0"},
 		{"chaos", "--duration", "1s"},
+		{"chaos", "--transport", "sqs", "--crash-poison", "2"},
+		{"chaos", "--events", "10", "--crash-poison", "2"},
 		{"demo", "--database-url", "sqlite:/tmp/demo.db"},
 	} {
 		code, stdout, stderr := run(t, nil, args...)
