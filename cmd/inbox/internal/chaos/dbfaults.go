@@ -32,7 +32,7 @@ const (
 
 // errNotSuperuser is consumerRole's error when the database user is not a
 // superuser.
-var errNotSuperuser = errors.New("chaos: database faults need a superuser in --database-url, to create the consumers' role and revoke its grants; run without them otherwise (Config.DBFaults empty)")
+var errNotSuperuser = errors.New("chaos: database faults need a superuser in --database-url, to create the consumers' role and revoke its grants; run without them otherwise (--db-faults none; Config.DBFaults empty)")
 
 // consumerRole creates the role the consumers log in as when the run
 // injects database faults: the faults revoke its grants and change its
