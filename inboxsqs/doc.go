@@ -64,13 +64,13 @@
 // With Config.DeadLetterQueueURL a copy is also sent to that queue, after
 // the store has it and before the original is deleted: a copy alone would
 // leave the original looping. Whose fault a failure is decides, through
-// the consumer's inbox.Breaker, which inboxkafka shares (see inbox.Judge).
-// A failure that says nothing about the message never dead-letters it and
-// is not an attempt: a failure of the inbox's own work (begin, claim,
-// commit, the dead-letter write, the ledger) whatever its code, a broken
-// connection under the handler, a failure the handler marked
-// inbox.Unavailable (for these receiving also pauses, and the outage is
-// logged once), inbox.ErrLockTimeout (another delivery of the event held
+// the consumer's inbox.Breaker, which every transport adapter shares (see
+// inbox.Judge). A failure that says nothing about the message never
+// dead-letters it and is not an attempt: a failure of the inbox's own work
+// (begin, claim, commit, the dead-letter write, a ledger) whatever its
+// code, a broken connection under the handler, a failure the handler
+// marked inbox.Unavailable (for these receiving also pauses, and the outage
+// is logged once), inbox.ErrLockTimeout (another delivery of the event held
 // its claim), cancellation at shutdown, and any failure while the streak
 // breaker is open (inbox.Config.StreakLimit distinct messages in a row
 // failed alike: receiving pauses, then probes).
