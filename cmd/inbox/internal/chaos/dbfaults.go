@@ -117,7 +117,13 @@ func injectDBFaults(ctx context.Context, cfg *Config, s *pgStore, r *mrand.Rand,
 // holdDBFault injects one fault for dbFaultHold, or until ctx is done,
 // and restores the database.
 func holdDBFault(ctx context.Context, cfg *Config, admin *sql.DB, s *pgStore, kind dbfault.Kind) error {
-	f, err := dbfault.Start(ctx, kind, dbfault.Target{
+	// The fault starts and is restored on a context of its own: the end of
+	// the chaos phase (ctx) only cuts its hold short. Cut halfway, a start
+	// would fail the run for nothing, or leave a grant revoked that
+	// nothing restores.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	f, err := dbfault.Start(fctx, kind, dbfault.Target{
 		Admin: admin, Database: s.database, Role: s.role, Inbox: s.table("inbox"),
 	})
 	if err != nil {
@@ -125,10 +131,7 @@ func holdDBFault(ctx context.Context, cfg *Config, admin *sql.DB, s *pgStore, ki
 	}
 	fmt.Fprintf(cfg.Log, "chaos: database fault %s\n", kind)
 	sleepCtx(ctx, dbFaultHold)
-	// Restore even when the run is over.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	if err := f.Stop(rctx); err != nil {
+	if err := f.Stop(fctx); err != nil {
 		return fmt.Errorf("chaos: restore after the database fault %s: %w", kind, err)
 	}
 	return nil
