@@ -197,7 +197,6 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	params := &inboxdriver.ClaimBatchParams{
 		Consumer:    consumer,
 		IDs:         ids,
-		Now:         c.config.Now(),
 		LockTimeout: c.config.LockTimeout,
 	}
 	ph, pipelinable := h.(PipelinedBatchHandler[TTx])
@@ -218,7 +217,7 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	tx, claimed, err := c.driver.BeginClaimBatch(ctx, params)
 	obs.lap(phaseClaim)
 	if err != nil {
-		return nil, fmt.Errorf("claim: %w", c.classify(err))
+		return nil, atStage(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
 	}
 	outcomes = make([]Outcome, len(msgs))
 	anyNew := false
@@ -237,7 +236,7 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 		}
 		if anyNew = len(fresh) > 0; anyNew {
 			fault.Inject(ctx, fault.AfterClaim)
-			err := c.call(ctx, consumer, fresh[0].ID, func(ctx context.Context) error { return bh.HandleBatch(ctx, tx, fresh) })
+			err := c.callTx(ctx, consumer, fresh[0].ID, tx, func(ctx context.Context) error { return bh.HandleBatch(ctx, tx, fresh) })
 			obs.lap(phaseHandler)
 			if err != nil {
 				c.rollback(ctx, tx)
@@ -274,7 +273,7 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	obs.lap(phaseCommit)
 	if err != nil {
 		c.rollback(ctx, tx)
-		return nil, fmt.Errorf("commit: %w", c.classify(err))
+		return nil, atStage(StageCommit, fmt.Errorf("commit: %w", c.classify(err)))
 	}
 	return outcomes, nil
 }
@@ -314,12 +313,12 @@ func (c *Client[TTx]) batchPipelined(ctx context.Context, obs *txObservation, p 
 	obs.lap(phaseCommit)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("pipelined transaction: %w", c.classify(err))
+		return false, atStage(StageCommit, fmt.Errorf("pipelined transaction: %w", c.classify(err)))
 	case !claimed:
 		c.duplicates.Store(p.Consumer, struct{}{})
 		return false, nil
 	case workErr != nil:
-		return false, &batchHandlerError{index: -1, err: fmt.Errorf("handler: %w", c.classify(workErr))}
+		return false, &batchHandlerError{index: -1, err: c.handlerErr(workErr, false)}
 	}
 	return true, nil
 }

@@ -23,6 +23,8 @@ const (
 	DefaultPurgeBatchSize     = 10_000
 	DefaultPurgeRest          = 3.0
 	DefaultCleanerInterval    = time.Hour
+	DefaultStreakLimit        = 5
+	DefaultStreakPause        = 5 * time.Second
 )
 
 // maxConflictBackoff caps the exponential backoff between conflict retries.
@@ -42,10 +44,12 @@ type Config struct {
 
 	// LockTimeout bounds how long a claim waits behind an uncommitted claim
 	// of the same message by another transaction (a concurrent duplicate
-	// delivery while the first is still in flight). When it runs out, the
-	// claim fails with ErrLockTimeout, which is retryable. It applies only
-	// to the claim, not to the handler's statements. Negative means wait
-	// without limit. Defaults to DefaultLockTimeout (5s).
+	// delivery while the first is still in flight), or behind a lock on the
+	// whole inbox table, including on a connection that has not prepared
+	// the claim yet. When it runs out, the claim fails with ErrLockTimeout,
+	// which is retryable. It applies only to the claim, not to the
+	// handler's statements. Negative means wait without limit. Defaults to
+	// DefaultLockTimeout (5s).
 	//
 	// On Postgres the bound costs two statements in the claim's round trip,
 	// which set lock_timeout and restore it; BenchmarkClaim in inboxpgx
@@ -90,12 +94,32 @@ type Config struct {
 	// DefaultCleanerInterval (1h).
 	CleanerInterval time.Duration
 
+	// StreakLimit is how many distinct messages of one consumer in a row
+	// may fail with the same class of error before a transport adapter's
+	// Breaker decides that the cause is not the messages: it stops counting
+	// attempts, so that it dead-letters none of them, pauses the consumer
+	// for StreakPause, and probes (see Breaker). A success closes it. Keep
+	// it small: up to StreakLimit - 1 healthy messages can use up their
+	// attempts before it opens. Negative disables the breaker. Defaults to
+	// DefaultStreakLimit (5).
+	StreakLimit int
+
+	// StreakPause is the first pause of a consumer whose streak breaker
+	// opened. It doubles while the probes fail, up to 16 times. Defaults to
+	// DefaultStreakPause (5s).
+	StreakPause time.Duration
+
 	// Observer, if set, is told about every transaction and dead letter,
-	// for metrics and tracing. Defaults to nil, which observes nothing.
+	// for metrics and tracing; when it is also a BreakerObserver, about the
+	// pauses of transport adapters' consumers too. Defaults to nil, which
+	// observes nothing.
 	Observer Observer
 
-	// Now returns the current time. It stamps processed_at and places the
-	// purge cutoff. Defaults to time.Now.
+	// Now returns the current time. It stamps the effects ledger's entries
+	// and dead letters' last-seen times. It does not stamp processed_at nor
+	// place the purge cutoff: those come from the database's clock, so
+	// that a consumer host whose clock is wrong cannot make a purge delete
+	// rows inside the replay horizon. Defaults to time.Now.
 	Now func() time.Time
 }
 
@@ -137,6 +161,15 @@ func (c *Config) withDefaults() Config {
 	if out.CleanerInterval == 0 {
 		out.CleanerInterval = DefaultCleanerInterval
 	}
+	if out.StreakLimit == 0 {
+		out.StreakLimit = DefaultStreakLimit
+	}
+	if out.StreakLimit < 0 {
+		out.StreakLimit = 0
+	}
+	if out.StreakPause == 0 {
+		out.StreakPause = DefaultStreakPause
+	}
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -161,6 +194,8 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 		return fmt.Errorf("inbox: Config.PurgeRest must be a number up to 100, got %v", c.PurgeRest)
 	case c.CleanerInterval < 0:
 		return fmt.Errorf("inbox: Config.CleanerInterval must be positive, got %v", c.CleanerInterval)
+	case c.StreakPause < 0:
+		return fmt.Errorf("inbox: Config.StreakPause must be positive, got %v", c.StreakPause)
 	}
 	return nil
 }
@@ -204,8 +239,8 @@ func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }
 // Config returns the client's configuration with defaults applied.
 func (c *Client[TTx]) Config() Config { return c.config }
 
-// classify wraps err with the sentinel of its class, so that callers can
-// test it with errors.Is.
+// classify wraps err, from the store, with the sentinel of its class, so
+// that callers can test it with errors.Is.
 func (c *Client[TTx]) classify(err error) error {
 	if err == nil {
 		return nil
@@ -223,8 +258,29 @@ func (c *Client[TTx]) classify(err error) error {
 		if !errors.Is(err, ErrUnavailable) {
 			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
+	case inboxdriver.ClassDenied:
+		if !errors.Is(err, ErrPermissionDenied) {
+			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+		}
 	}
 	return err
+}
+
+// handlerErr tags a handler's failure with StageHandler. It is not
+// classified as the store's errors are: a handler's io.EOF or net.Error
+// from its own work is the message's. It is the store's only when broken
+// says the transaction's connection broke under it. Conflicts of its
+// statements are marked, so that the transaction is retried.
+func (c *Client[TTx]) handlerErr(err error, broken bool) error {
+	if err == nil {
+		return nil
+	}
+	if broken {
+		err = fmt.Errorf("%w: %w", errConnLost, err)
+	} else if c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict) {
+		err = fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return atStage(StageHandler, fmt.Errorf("handler: %w", err))
 }
 
 // retryConflicts runs fn again while it fails with ErrConflict, up to

@@ -114,7 +114,7 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 		LastSeen:  c.config.Now(),
 	}
 	if err := c.driver.DeadLetter(ctx, d); err != nil {
-		return fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.classify(err))
+		return atStage(StageDeadLetter, fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.classify(err)))
 	}
 	if c.config.Observer != nil {
 		c.config.Observer.DeadLettered(ctx, &DeadLetterEvent{Consumer: p.Consumer, MessageID: id, Reason: reason, Attempts: p.Attempts, Err: p.Err})

@@ -59,6 +59,20 @@
 // [Client.ProcessBatchOrdered] stops at a retryable failure instead, for
 // streams whose order matters.
 //
+// # Whose fault is a failure
+//
+// A failure of the inbox's own work (begin, claim, commit, the dead-letter
+// write, the effects and takeover ledgers) is the store's, whatever its
+// error code: permission denied, read-only after a failover, a missing
+// table, a refused connection. It would hit every message, so it is never
+// one of a message's attempts and never a reason to dead-letter. An error a handler
+// returns is the message's, unless its transaction's connection broke or
+// the handler marked it [Unavailable]; a handler's own io.EOF is the
+// message's. The errors the client returns carry the [Stage] they failed
+// at ([StageError]), and [Judge] applies the rule. Transport adapters share
+// it through a [Breaker], which also pauses a consumer when
+// [Config.StreakLimit] distinct messages in a row fail alike.
+//
 // # Retention
 //
 // The inbox is a set of ids and it grows. [Client.Purge] and

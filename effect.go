@@ -172,7 +172,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		EffectKeyParams: k, Now: c.config.Now(), RetryStarted: !opts.NonIdempotent,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err))
+		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err)))
 	}
 	if !started {
 		if e.State == EffectDone {
@@ -201,7 +201,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		if errors.As(callErr, &ne) {
 			if _, err := store.EffectFailed(wctx, &k); err != nil {
 				return nil, errors.Join(fmt.Errorf("inbox: effect %s: call: %w", where(), callErr),
-					fmt.Errorf("record failed: %w", c.classify(err)))
+					atStage(StageLedger, fmt.Errorf("record failed: %w", c.classify(err))))
 			}
 		}
 		return nil, fmt.Errorf("inbox: effect %s: call: %w", where(), callErr)
@@ -209,7 +209,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	fault.Inject(ctx, fault.EffectAfterCall)
 	ok, err = store.EffectDone(wctx, &inboxdriver.EffectDoneParams{EffectKeyParams: k, Result: result, Now: c.config.Now()})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.classify(err))
+		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.classify(err)))
 	}
 	if !ok {
 		return nil, fmt.Errorf("inbox: effect %s: the call succeeded, but its ledger entry was forgotten, purged or resolved while it ran", where())

@@ -36,10 +36,12 @@ var (
 	ErrWindowTooShort = errors.New("inbox: purge window is shorter than the replay horizon")
 
 	// ErrLockTimeout is returned when a claim waited longer than
-	// Config.LockTimeout behind an uncommitted delivery of the same message
-	// in another transaction. It is retryable: by then the other delivery
-	// has usually committed, and the retry is a Duplicate.
-	ErrLockTimeout = errors.New("inbox: timed out waiting for an in-flight delivery of the same message")
+	// Config.LockTimeout for a lock: most often behind an uncommitted
+	// delivery of the same message in another transaction, or behind a lock
+	// on the whole inbox table (a migration, VACUUM FULL, LOCK TABLE). It is
+	// retryable: by then the other delivery has usually committed, and the
+	// retry is a Duplicate.
+	ErrLockTimeout = errors.New("inbox: claim timed out waiting for a lock")
 
 	// ErrConflict is returned when a transaction still failed with a
 	// serialization failure or a deadlock after Config.MaxConflictRetries
@@ -49,8 +51,14 @@ var (
 	// ErrUnavailable is returned when the store cannot be reached, or a
 	// connection broke. It is retryable and never a reason to dead-letter.
 	// When it comes from a commit, the commit's outcome is unknown: do not
-	// ack, and let the redelivery find out.
+	// ack, and let the redelivery find out. A handler may wrap it, or use
+	// Unavailable, to say its failure is not the message's.
 	ErrUnavailable = errors.New("inbox: store unavailable")
+
+	// ErrPermissionDenied is returned when the store refused a statement
+	// for want of a privilege: RunCleaner returns it when its role may not
+	// DELETE from the inbox (see docs/GRANTS.md).
+	ErrPermissionDenied = errors.New("inbox: permission denied")
 
 	// ErrUnknownOutcome is returned by Client.Effect for a step declared
 	// NonIdempotent whose earlier attempt was recorded started but never

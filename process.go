@@ -49,7 +49,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		// is new, or in flight elsewhere: the claim decides.
 		seen, err := c.pipeliner.Applied(ctx, params)
 		if err != nil {
-			return 0, fmt.Errorf("claim: %w", c.classify(err))
+			return 0, atStage(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
 		}
 		if seen {
 			obs.lap(phaseClaim)
@@ -71,7 +71,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	tx, claimed, err := c.driver.BeginClaim(ctx, params)
 	obs.lap(phaseClaim)
 	if err != nil {
-		return 0, fmt.Errorf("claim: %w", c.classify(err))
+		return 0, atStage(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
 	}
 	if !claimed {
 		c.rollback(ctx, tx)
@@ -95,7 +95,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	obs.lap(phaseCommit)
 	if err != nil {
 		c.rollback(ctx, tx)
-		return 0, fmt.Errorf("commit: %w", c.classify(err))
+		return 0, atStage(StageCommit, fmt.Errorf("commit: %w", c.classify(err)))
 	}
 	return Applied, nil
 }
@@ -109,12 +109,14 @@ func (c *Client[TTx]) processPipelined(ctx context.Context, obs *txObservation, 
 	obs.lap(phaseCommit)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("pipelined transaction: %w", c.classify(err))
+		return 0, atStage(StageCommit, fmt.Errorf("pipelined transaction: %w", c.classify(err)))
 	case !claimed:
 		c.duplicates.Store(p.Consumer, struct{}{})
 		return Duplicate, nil
 	case workErr != nil:
-		return 0, fmt.Errorf("handler: %w", c.classify(workErr))
+		// The driver returns the work's failure only while the
+		// connection is sound.
+		return 0, c.handlerErr(workErr, false)
 	}
 	return Applied, nil
 }
@@ -133,22 +135,39 @@ func (c *Client[TTx]) afterDuplicate(consumer string) bool {
 // handle calls h with a context that names consumer (for Client.Effect),
 // turning a panic into a PanicError.
 func (c *Client[TTx]) handle(ctx context.Context, consumer string, h Handler[TTx], tx TTx, msg Message) error {
-	return c.call(ctx, consumer, msg.ID, func(ctx context.Context) error { return h.Handle(ctx, tx, msg) })
+	return c.callTx(ctx, consumer, msg.ID, tx, func(ctx context.Context) error { return h.Handle(ctx, tx, msg) })
 }
 
-// call runs a handler with a context that names consumer, turning a panic
-// into a PanicError and classifying the error.
-func (c *Client[TTx]) call(ctx context.Context, consumer, id string, fn func(ctx context.Context) error) (err error) {
+// callTx runs a handler on tx as call does, and asks the driver whether a
+// failure left tx's connection broken: then the failure is the store's. A
+// context that ended is the caller's (a shutdown, or the handler's own
+// deadline), even though the driver may have closed the connection for
+// it.
+func (c *Client[TTx]) callTx(ctx context.Context, consumer, id string, tx TTx, fn func(ctx context.Context) error) error {
+	err := c.run(ctx, consumer, id, fn)
+	if err == nil {
+		return nil
+	}
+	ended := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	return c.handlerErr(err, !ended && c.driver.TxBroken(ctx, tx, err))
+}
+
+// call runs a handler that has no transaction yet (a PipelinedHandler
+// describing its work), and tags its error with StageHandler.
+func (c *Client[TTx]) call(ctx context.Context, consumer, id string, fn func(ctx context.Context) error) error {
+	return c.handlerErr(c.run(ctx, consumer, id, fn), false)
+}
+
+// run runs a handler with a context that names consumer, turning a panic
+// into a PanicError.
+func (c *Client[TTx]) run(ctx context.Context, consumer, id string, fn func(ctx context.Context) error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = &PanicError{Value: r, Stack: debug.Stack()}
 			c.logger.ErrorContext(ctx, "inbox: handler panicked", "consumer", consumer, "id", id, "panic", r)
 		}
 	}()
-	if err := fn(WithConsumer(ctx, consumer)); err != nil {
-		return fmt.Errorf("handler: %w", c.classify(err))
-	}
-	return nil
+	return fn(WithConsumer(ctx, consumer))
 }
 
 // ProcessTx claims msg.ID for consumer inside tx, a transaction the caller
@@ -167,7 +186,7 @@ func (c *Client[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 	}
 	claimed, err := c.driver.Claim(ctx, tx, c.claimParams(consumer, id))
 	if err != nil {
-		return 0, fmt.Errorf("inbox: claim %s/%s: %w", consumer, id, c.classify(err))
+		return 0, atStage(StageClaim, fmt.Errorf("inbox: claim %s/%s: %w", consumer, id, c.classify(err)))
 	}
 	if !claimed {
 		return Duplicate, nil
@@ -191,20 +210,30 @@ func (c *Client[TTx]) claimParams(consumer, id string) *inboxdriver.ClaimParams 
 	return &inboxdriver.ClaimParams{
 		Consumer:    consumer,
 		ID:          id,
-		Now:         c.config.Now(),
 		LockTimeout: c.config.LockTimeout,
 	}
 }
 
 // Key runs key on msg and canonicalises the id it returns, so that a
 // transport adapter can tell a message with no usable id before processing.
+// Its errors are tagged StageKey, and are the message's: a KeyFunc's error
+// that says neither ErrNoMessageID nor ErrMalformedID, and is not
+// Permanent, is wrapped with ErrMalformedID, so that every adapter
+// dead-letters it with ReasonMalformedID. Only a KeyFunc error marked
+// Unavailable (or wrapping ErrUnavailable) is not the message's.
 func (c *Client[TTx]) Key(key KeyFunc, msg Message) (string, error) {
 	if key == nil {
 		return "", errors.New("inbox: no KeyFunc configured")
 	}
 	id, err := key(msg)
-	if err != nil {
-		return "", err
+	if err == nil {
+		id, err = c.config.IDFormat.CanonicalID(id)
 	}
-	return c.config.IDFormat.CanonicalID(id)
+	if err != nil {
+		if !IsPermanent(err) && !errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrMalformedID, err)
+		}
+		return "", atStage(StageKey, err)
+	}
+	return id, nil
 }

@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -52,9 +53,11 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		p.BatchSize = c.config.PurgeBatchSize
 	}
 	params := &inboxdriver.PurgeParams{
-		Before:   c.config.Now().Add(-p.OlderThan),
-		Consumer: p.Consumer,
-		Limit:    p.BatchSize,
+		// The cutoff is the database's now() minus OlderThan: rows are
+		// stamped with the database's clock too, never a host's.
+		OlderThan: p.OlderThan,
+		Consumer:  p.Consumer,
+		Limit:     p.BatchSize,
 	}
 	if p.DryRun {
 		n, err := c.driver.PurgeCount(ctx, params)
@@ -103,7 +106,13 @@ func (c *Client[TTx]) rest(ctx context.Context, worked time.Duration) error {
 // Config.CleanerInterval, starting at once, until ctx is done. It is opt-in:
 // run it in a goroutine of every process if you like, since a store-wide lock
 // lets only one of them purge at a time and the others skip their turn.
-// Errors are logged and the cleaner keeps going. It returns when ctx is done.
+//
+// When the store refuses the purge for want of a privilege (its role may
+// not DELETE from the inbox: see docs/GRANTS.md), RunCleaner returns an
+// error wrapping ErrPermissionDenied at once, on its first run: a cleaner
+// that cannot clean must not look like one that runs while the inbox grows.
+// Other errors, such as an unreachable store, are logged and the cleaner
+// keeps going. It returns nil when ctx is done.
 func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
 	if c.config.Retention < c.config.ReplayHorizon {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
@@ -123,6 +132,9 @@ func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
+		case errors.Is(err, ErrPermissionDenied):
+			c.logger.ErrorContext(ctx, "inbox: cleaner stopped: the store refused the purge for want of a privilege", "err", err)
+			return fmt.Errorf("inbox: cleaner: %w", err)
 		case err != nil:
 			c.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
 		case !ran:

@@ -161,10 +161,16 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 }
 
 // storeFailure reports whether err is a failure of the store or of the
-// context, rather than of the message's handler.
+// context, rather than of the message: whatever Judge finds is not the
+// message's (the store's, whatever its code, a dependency the handler
+// marked Unavailable, a lock held by a concurrent delivery), a conflict
+// that outlasted its retries, or the end of ctx.
 func storeFailure(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrConflict) || errors.Is(err, ErrLockTimeout) ||
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+	switch Judge(err) {
+	case FaultStore, FaultSystemic, FaultContention:
+		return true
+	}
+	return errors.Is(err, ErrConflict) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // deadLetterMessage is the message a dead letter stored.

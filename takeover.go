@@ -36,13 +36,17 @@ type Takeover struct {
 // message that crashes its consumer: a few writes per takeover, none per
 // message. Call StartTakeover before running a message the ledger should
 // count a crash against, and TakeoverDone when stopping cleanly.
+//
+// The errors of RecordTakeover, StartTakeover and TakeoverDone are the
+// inbox's own work, tagged StageLedger: Judge classes each as FaultStore,
+// never a message's fault.
 func (c *Client[TTx]) RecordTakeover(ctx context.Context, consumer, source string, position int64) (Takeover, error) {
 	if err := ValidateConsumer(consumer); err != nil {
 		return Takeover{}, err
 	}
 	n, existed, err := c.driver.Takeover(ctx, &inboxdriver.TakeoverParams{Consumer: consumer, Source: source, Position: position})
 	if err != nil {
-		return Takeover{}, fmt.Errorf("inbox: record the takeover of %s by %s: %w", source, consumer, c.classify(err))
+		return Takeover{}, atStage(StageLedger, fmt.Errorf("inbox: record the takeover of %s by %s: %w", source, consumer, c.classify(err)))
 	}
 	return Takeover{Count: n, Crashed: existed}, nil
 }
@@ -58,7 +62,7 @@ func (c *Client[TTx]) StartTakeover(ctx context.Context, consumer, source string
 		return err
 	}
 	if err := c.driver.TakeoverStart(ctx, &inboxdriver.TakeoverParams{Consumer: consumer, Source: source, Position: position}); err != nil {
-		return fmt.Errorf("inbox: record the start of %s/%d by %s: %w", source, position, consumer, c.classify(err))
+		return atStage(StageLedger, fmt.Errorf("inbox: record the start of %s/%d by %s: %w", source, position, consumer, c.classify(err)))
 	}
 	return nil
 }
@@ -70,7 +74,7 @@ func (c *Client[TTx]) TakeoverDone(ctx context.Context, consumer, source string,
 		return err
 	}
 	if err := c.driver.TakeoverDone(ctx, &inboxdriver.TakeoverParams{Consumer: consumer, Source: source, Position: position}); err != nil {
-		return fmt.Errorf("inbox: clear the takeover record of %s by %s: %w", source, consumer, c.classify(err))
+		return atStage(StageLedger, fmt.Errorf("inbox: clear the takeover record of %s by %s: %w", source, consumer, c.classify(err)))
 	}
 	return nil
 }

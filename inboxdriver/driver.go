@@ -52,6 +52,15 @@ type Driver[TTx any] interface {
 	// Rollback rolls tx back. Rolling back a transaction that is already
 	// closed is not an error.
 	Rollback(ctx context.Context, tx TTx) error
+
+	// TxBroken reports whether tx's connection broke, or the store says
+	// err means it cannot serve any transaction now (a server shutting
+	// down, a connection lost), after a handler failed with err on tx. The
+	// client then judges the failure the store's, not the message's. A
+	// handler's own errors that only look like a lost connection (io.EOF
+	// from decoding its payload, a net.Error from another service) must
+	// not make it true while tx's connection is sound.
+	TxBroken(ctx context.Context, tx TTx, err error) bool
 }
 
 // Pipeliner is implemented by a store that can send a message's whole
@@ -98,8 +107,8 @@ type Admin interface {
 	// or from a handler's SQL on the store's transaction.
 	Classify(err error) ErrorClass
 
-	// PurgeBatch deletes at most p.Limit inbox rows processed before
-	// p.Before, and the effect rows of the same messages, without waiting
+	// PurgeBatch deletes at most p.Limit inbox rows processed more than
+	// p.OlderThan ago by the database's clock, and the effect rows of the same messages, without waiting
 	// for rows that are locked. It returns the number of inbox rows deleted.
 	PurgeBatch(ctx context.Context, p *PurgeParams) (int64, error)
 
@@ -267,16 +276,23 @@ const (
 	// lock timeout behind an in-flight delivery of the same message.
 	ClassLockTimeout
 	// ClassUnavailable is a store that cannot be reached, or a connection
-	// that broke. It is never a reason to dead-letter.
+	// that broke, whatever error code it carries: a refused connection is
+	// unavailability even when the server gave a reason (no such
+	// database, no CONNECT privilege). It is never a reason to
+	// dead-letter.
 	ClassUnavailable
+	// ClassDenied is a statement the store refused for want of a
+	// privilege (Postgres 42501, MySQL 1142). A cleaner without DELETE
+	// stops on it rather than retry.
+	ClassDenied
 )
 
-// ClaimParams are the parameters of a claim.
+// ClaimParams are the parameters of a claim. The claim stamps
+// processed_at with the database's clock (now(), CURRENT_TIMESTAMP), never
+// a consumer host's: the purge cutoff is read from the same clock.
 type ClaimParams struct {
 	Consumer string
 	ID       string
-	// Now is the processed_at time written with the claim.
-	Now time.Time
 	// LockTimeout bounds the wait behind an uncommitted claim of the same
 	// id by another transaction. Zero means no bound.
 	LockTimeout time.Duration
@@ -286,14 +302,15 @@ type ClaimParams struct {
 type ClaimBatchParams struct {
 	Consumer    string
 	IDs         []string
-	Now         time.Time
 	LockTimeout time.Duration
 }
 
 // PurgeParams select the rows a purge deletes.
 type PurgeParams struct {
-	// Before deletes rows processed strictly before this time.
-	Before time.Time
+	// OlderThan deletes rows processed more than this long ago, by the
+	// database's clock: the cutoff is the database's now() minus OlderThan,
+	// so that a consumer host whose clock is wrong cannot move it.
+	OlderThan time.Duration
 	// Consumer limits the purge to one consumer when not empty.
 	Consumer string
 	// Limit bounds one batch.

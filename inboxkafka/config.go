@@ -59,10 +59,13 @@ type Config struct {
 	// retryable error before the record is dead-lettered with
 	// inbox.ReasonMaxAttempts. Attempts are counted in memory, per
 	// assignment of the partition: a rebalance or a restart counts
-	// afresh. Failures because the store is unreachable
-	// (inbox.ErrUnavailable) or because another delivery of the same id
-	// holds its row (inbox.ErrLockTimeout) are not attempts. Defaults to
-	// DefaultMaxAttempts (10).
+	// afresh. Only the record's own failures are attempts
+	// (inbox.FaultMessage, see inbox.Judge): a failure of the store
+	// (begin, claim, commit, dead-letter write, whatever its code), of the
+	// handler's connection, one the handler marked inbox.Unavailable, a
+	// lock timeout behind another delivery of the same id, and any
+	// failure while the streak breaker is open (inbox.Breaker) are not.
+	// Defaults to DefaultMaxAttempts (10).
 	MaxAttempts int
 
 	// MaxCrashes bounds a record that takes its consumer down without
@@ -195,6 +198,8 @@ type Result struct {
 	Outcome inbox.Outcome
 	// Err is why the record was not processed, or nil.
 	Err error
+	// Fault is whose fault Err is (inbox.Judge); FaultNone without Err.
+	Fault inbox.Fault
 	// Attempts is how many times the record's handler has failed with a
 	// retryable error, counting this try.
 	Attempts int

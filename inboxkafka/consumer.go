@@ -24,6 +24,8 @@ type Consumer[TTx any] struct {
 	cfg     Config
 	logger  *slog.Logger
 	bind    *binding
+	// breaker judges failures and keeps the consumer's outage and streak.
+	breaker *inbox.Breaker
 
 	startMu sync.Mutex
 	started bool
@@ -101,6 +103,7 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 		cfg:       cfg,
 		logger:    logger,
 		bind:      b,
+		breaker:   client.NewBreaker(cfg.Consumer, logger),
 		parts:     make(map[topicPartition]*partition),
 		commitKey: make(chan struct{}, 1),
 	}
@@ -109,6 +112,10 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 	}
 	return c, nil
 }
+
+// Breaker returns the consumer's Breaker, whose State shows a store
+// outage or an open streak breaker.
+func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
 
 // Run polls records and processes them until ctx is done, then shuts down
 // gracefully and returns nil. It can be called once.

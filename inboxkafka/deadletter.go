@@ -34,7 +34,9 @@ func (c *Consumer[TTx]) deadLetter(p *partition, rec *kgo.Record, msg inbox.Mess
 		Attempts: attempts,
 	})
 	if err != nil {
-		c.logger.WarnContext(ctx, "inboxkafka: could not dead-letter a record; trying again after a backoff",
+		// The store's failure, logged once per outage by the breaker.
+		c.breaker.Decide(ctx, msg, err, 0, 0)
+		c.logger.DebugContext(ctx, "inboxkafka: could not dead-letter a record; trying again after a backoff",
 			"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset, "err", err)
 		return false
 	}
@@ -59,6 +61,6 @@ func (c *Consumer[TTx]) deadLetter(p *partition, rec *kgo.Record, msg inbox.Mess
 			return false
 		}
 	}
-	c.report(Result{Record: rec, ID: msg.ID, Err: cause, Attempts: attempts, DeadLettered: true})
+	c.report(Result{Record: rec, ID: msg.ID, Err: cause, Fault: inbox.Judge(cause), Attempts: attempts, DeadLettered: true})
 	return true
 }

@@ -92,9 +92,17 @@
 // key, headers, payload, reason and attempts, and, with
 // Config.DeadLetterTopic, produces a copy to that topic.
 //
-// A store that cannot be reached (inbox.ErrUnavailable) is not the record's
-// fault: the partition pauses and tries again, without counting an attempt
-// and without ever dead-lettering for it.
+// Whose fault a failure is decides, through the consumer's inbox.Breaker,
+// which every transport adapter shares (see inbox.Judge). A failure of the
+// inbox's own work (begin, claim, commit, the dead-letter write, the
+// effects and takeover ledgers), whatever its code, a handler's failure
+// after which its transaction's connection was broken, and a failure the
+// handler marked inbox.Unavailable are not the record's: the partition pauses with backoff and tries again, without
+// counting an attempt and without ever dead-lettering for it; the outage is
+// logged once. A handler's own io.EOF or net.Error is the record's. When
+// inbox.Config.StreakLimit distinct records in a row fail alike, the streak
+// breaker pauses every partition and probes instead of using up their
+// attempts (Consumer.Breaker shows its state).
 //
 // # Records that crash the consumer
 //

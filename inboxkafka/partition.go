@@ -172,6 +172,11 @@ func (c *Consumer[TTx]) work(p *partition) {
 			}
 		}
 		for len(batch) > 0 {
+			// While the streak breaker is open, every partition waits,
+			// before it takes the lock of the records run one at a time.
+			if d := c.breaker.Paused(); d > 0 && !p.sleep(d) {
+				return
+			}
 			step := batch
 			suspect := p.suspect > 0
 			if suspect {
@@ -251,6 +256,7 @@ func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wai
 		if res.Err == nil {
 			n := p.attempts[r.Offset]
 			delete(p.attempts, r.Offset)
+			c.breaker.Succeeded(ctx)
 			c.report(Result{Record: r, ID: msgs[i].ID, Outcome: res.Outcome, Attempts: n})
 			done++
 			continue
@@ -260,39 +266,35 @@ func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wai
 			// record's.
 			return done, false
 		}
-		switch {
-		case !keyed[i]:
-			if !c.deadLetter(p, r, msgs[i], res.Err, inbox.DeadLetterReason(res.Err), 0) {
-				return done, true
-			}
-		case inbox.IsPermanent(res.Err):
-			if !c.deadLetter(p, r, msgs[i], res.Err, inbox.DeadLetterReason(res.Err), p.attempts[r.Offset]+1) {
-				return done, true
-			}
-		case errors.Is(res.Err, inbox.ErrNotAttempted):
-			// An earlier record failed and was dead-lettered just
-			// now: try the rest at once.
+		if errors.Is(res.Err, inbox.ErrNotAttempted) {
+			// An earlier record failed and was dead-lettered just now:
+			// try the rest at once.
 			return done, false
-		case errors.Is(res.Err, inbox.ErrUnavailable), errors.Is(res.Err, inbox.ErrLockTimeout):
-			// The store is unreachable, or another delivery of the
-			// same id holds its row: not the record's fault, so not
-			// an attempt and never a reason to dead-letter.
-			c.logger.WarnContext(ctx, "inboxkafka: store unavailable; pausing the partition before trying again",
-				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "err", res.Err)
-			c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Attempts: p.attempts[r.Offset]})
+		}
+		n := p.attempts[r.Offset]
+		d := c.breaker.Decide(ctx, msgs[i], res.Err, n+1, c.cfg.MaxAttempts)
+		switch d.Action {
+		case inbox.ActionDeadLetter:
+			attempts := n + 1
+			if !keyed[i] {
+				attempts = 0 // never handled
+			}
+			if !c.deadLetter(p, r, msgs[i], res.Err, d.Reason, attempts) {
+				return done, true
+			}
+		case inbox.ActionRetry:
+			p.attempts[r.Offset] = n + 1
+			c.logger.DebugContext(ctx, "inboxkafka: record failed; trying again after a backoff",
+				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", n+1, "err", res.Err)
+			c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Fault: d.Fault, Attempts: n + 1})
 			return done, true
 		default:
-			p.attempts[r.Offset]++
-			n := p.attempts[r.Offset]
-			if n < c.cfg.MaxAttempts {
-				c.logger.DebugContext(ctx, "inboxkafka: record failed; trying again after a backoff",
-					"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", n, "err", res.Err)
-				c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Attempts: n})
-				return done, true
-			}
-			if !c.deadLetter(p, r, msgs[i], res.Err, inbox.ReasonMaxAttempts, n) {
-				return done, true
-			}
+			// Not the record's fault (the store's, a dependency's, a
+			// concurrent delivery's), or the streak breaker is open: not
+			// an attempt, never a reason to dead-letter. The breaker logs
+			// an outage once.
+			c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Fault: d.Fault, Attempts: n})
+			return done, true
 		}
 		delete(p.attempts, r.Offset)
 		done++

@@ -54,11 +54,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		if err == nil {
 			break
 		}
-		// The store's failure, never the record's: wait, as for any
-		// store outage, and try again.
-		c.logger.WarnContext(p.ctx, "inboxkafka: could not record the takeover of a partition; trying again after a backoff",
-			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
-		if p.stopping() || !p.sleep(bo.next()) {
+		if !c.ledgerFailed(p, inbox.Message{}, "record the takeover of a partition", err, bo) {
 			return nil, false
 		}
 	}
@@ -77,7 +73,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 			// did not crash anything, and it is done.
 			applied, err := c.appliedBefore(p, msg)
 			for err != nil {
-				if p.stopping() || !p.sleep(bo.next()) {
+				if !c.ledgerFailed(p, msg, "look a crashed record up in the inbox", err, bo) {
 					return nil, false
 				}
 				applied, err = c.appliedBefore(p, msg)
@@ -122,12 +118,34 @@ func (c *Consumer[TTx]) beforeRun(p *partition, rec *kgo.Record, bo *backoff) bo
 			p.recorded, p.started = rec.Offset, rec.Offset
 			return true
 		}
-		c.logger.WarnContext(p.ctx, "inboxkafka: could not record the start of a record; trying again after a backoff",
-			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
-		if p.stopping() || !p.sleep(bo.next()) {
+		if !c.ledgerFailed(p, inbox.Message{}, "record the start of a record", err, bo) {
 			return false
 		}
 	}
+}
+
+// ledgerFailed handles a failure of the store while the worker works the
+// takeover ledger, or looks a record up in the inbox before it
+// dead-letters it: the store's failure, never the record's. As for any
+// store failure, the Breaker judges it and logs an outage once (each
+// failure after the first at Debug), and the worker waits a backoff before
+// it tries again. It reports false when the worker must stop.
+func (c *Consumer[TTx]) ledgerFailed(p *partition, msg inbox.Message, what string, err error, bo *backoff) bool {
+	if p.stopping() || p.ctx.Err() != nil {
+		// Stopping, or abandoned: the failure may be the cancellation's.
+		return false
+	}
+	if f := inbox.Judge(err); f == inbox.FaultMessage || f == inbox.FaultPermanent {
+		// Not expected of the inbox's own work; never count it as the
+		// record's, nor in the streak.
+		c.logger.WarnContext(p.ctx, "inboxkafka: could not "+what+"; trying again after a backoff",
+			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
+		return p.sleep(bo.next())
+	}
+	c.breaker.Decide(p.ctx, msg, err, 0, 0)
+	c.logger.DebugContext(p.ctx, "inboxkafka: could not "+what+"; trying again after a backoff",
+		"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
+	return p.sleep(bo.next())
 }
 
 // errNotRun is what the handler of appliedBefore returns: it never runs

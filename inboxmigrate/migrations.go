@@ -32,9 +32,12 @@ type schema struct {
 func (s *schema) table(name string) string { return s.t.Qualify(s.d, name) }
 func (s *schema) ident(name string) string { return inboxdriver.Quote(s.d, name) }
 
-// index names an index after its table. Postgres and SQLite keep index names
-// per schema, so they must not collide between tables.
-func (s *schema) index(table, suffix string) string { return s.ident(table + "_" + suffix) }
+// index names an index after its table (inboxdriver.IndexName). Postgres
+// and SQLite keep index names per schema, so they must not collide between
+// tables, and every dialect limits their length.
+func (s *schema) index(table, suffix string) string {
+	return s.ident(inboxdriver.IndexName(table, suffix))
+}
 
 // idType is the column type of message_id in the inbox and the effects
 // ledger, on Postgres and MySQL.
@@ -72,7 +75,7 @@ var migrations = []migration{
 					// BRIN: rows arrive in processed_at order, so a block-range
 					// index finds the old ones for purge at almost no cost to
 					// each claim, unlike a b-tree.
-					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, "processed_at_idx") + ` ON ` + inbox + ` USING brin (processed_at)`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, inboxdriver.IndexInboxProcessedAt) + ` ON ` + inbox + ` USING brin (processed_at)`,
 				}
 			case inboxdriver.DialectMySQL:
 				return []string{
@@ -81,7 +84,7 @@ var migrations = []migration{
     message_id    ` + s.idType() + ` NOT NULL,
     processed_at  DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
     PRIMARY KEY (consumer_name, message_id),
-    KEY ` + s.index(s.t.Inbox, "processed_at_idx") + ` (processed_at)
+    KEY ` + s.index(s.t.Inbox, inboxdriver.IndexInboxProcessedAt) + ` (processed_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 				}
 			default: // SQLite: processed_at is Unix time in microseconds.
@@ -92,7 +95,7 @@ var migrations = []migration{
     processed_at  INTEGER NOT NULL,
     PRIMARY KEY (consumer_name, message_id)
 ) WITHOUT ROWID`,
-					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, "processed_at_idx") + ` ON ` + s.ident(s.t.Inbox) + ` (processed_at)`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, inboxdriver.IndexInboxProcessedAt) + ` ON ` + s.ident(s.t.Inbox) + ` (processed_at)`,
 				}
 			}
 		},
@@ -149,7 +152,7 @@ var migrations = []migration{
     attempts         INT          NOT NULL DEFAULT 0,
     first_seen_at    DATETIME(6)  NOT NULL,
     last_seen_at     DATETIME(6)  NOT NULL,
-    UNIQUE KEY ` + s.index(s.t.DeadLetters, "dedup_key") + ` (consumer_name, dedup_key)
+    UNIQUE KEY ` + s.index(s.t.DeadLetters, inboxdriver.IndexDeadLettersDedupKey) + ` (consumer_name, dedup_key)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
 				}
 			default:
@@ -203,7 +206,7 @@ var migrations = []migration{
     done_at       timestamptz,
     PRIMARY KEY (consumer_name, message_id, step)
 )`,
-					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, "started_idx") + ` ON ` + effects + ` (started_at) WHERE state = 'started'`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, inboxdriver.IndexEffectsStarted) + ` ON ` + effects + ` (started_at) WHERE state = 'started'`,
 				}
 			case inboxdriver.DialectMySQL:
 				return []string{
@@ -217,7 +220,7 @@ var migrations = []migration{
     started_at    DATETIME(6)  NOT NULL,
     done_at       DATETIME(6)  NULL,
     PRIMARY KEY (consumer_name, message_id, step),
-    KEY ` + s.index(s.t.Effects, "state_started_idx") + ` (state, started_at)
+    KEY ` + s.index(s.t.Effects, inboxdriver.IndexEffectsStateStarted) + ` (state, started_at)
 ) ENGINE=InnoDB`,
 				}
 			default: // SQLite: started_at and done_at are Unix time in microseconds.
@@ -233,7 +236,7 @@ var migrations = []migration{
     done_at       INTEGER,
     PRIMARY KEY (consumer_name, message_id, step)
 ) WITHOUT ROWID`,
-					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, "state_started_idx") + ` ON ` + s.ident(s.t.Effects) + ` (state, started_at)`,
+					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Effects, inboxdriver.IndexEffectsStateStarted) + ` ON ` + s.ident(s.t.Effects) + ` (state, started_at)`,
 				}
 			}
 		},

@@ -75,11 +75,13 @@ type Config struct {
 	Ordered bool
 
 	// MaxDeliver bounds redelivery. A message whose handler fails with a
-	// retryable error on a delivery whose NumDelivered has reached
-	// MaxDeliver is dead-lettered and terminated instead of retried.
-	// Failures that say nothing about the message (the store is
-	// unavailable, a lock timeout behind a concurrent delivery, shutdown)
-	// never dead-letter. It must not exceed the JetStream consumer's own
+	// retryable error of its own on a delivery whose NumDelivered, less
+	// the deliveries that were not attempts, has reached MaxDeliver is
+	// dead-lettered and terminated instead of retried. Failures that say
+	// nothing about the message (inbox.Judge: the store's, whatever its
+	// code, one the handler marked inbox.Unavailable, a lock timeout
+	// behind a concurrent delivery, shutdown, the streak breaker open) are
+	// not attempts and never dead-letter. It must not exceed the JetStream consumer's own
 	// MaxDeliver, if that is set, or the server would drop a message the
 	// inbox has not recorded; prefer MaxDeliver -1 (unlimited) on the
 	// JetStream consumer. Defaults to the JetStream consumer's MaxDeliver

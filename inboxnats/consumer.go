@@ -42,9 +42,18 @@ type Consumer[TTx any] struct {
 	leases  *leases
 
 	// maxDeliver and beat are Config's, completed from the JetStream
-	// consumer's configuration by Run before it starts its goroutines.
-	maxDeliver int
-	beat       time.Duration
+	// consumer's configuration by Run before it starts its goroutines;
+	// serverMaxDeliver is the JetStream consumer's own MaxDeliver, or 0
+	// when it sets none.
+	maxDeliver       int
+	serverMaxDeliver int
+	beat             time.Duration
+
+	// breaker judges failures and keeps the consumer's outage and streak.
+	breaker *inbox.Breaker
+	// excused counts, per stream message, the deliveries that were not
+	// attempts, which NumDelivered includes.
+	excused *deliveryCounts
 
 	running atomic.Bool
 
@@ -86,8 +95,14 @@ func New[TTx any](js jetstream.JetStream, client *inbox.Client[TTx], handler inb
 		config:  cfg,
 		logger:  logger,
 		leases:  newLeases(),
+		breaker: client.NewBreaker(cfg.Consumer, logger),
+		excused: newDeliveryCounts(maxExcused),
 	}, nil
 }
+
+// Breaker returns the consumer's Breaker, whose State shows a store
+// outage or an open streak breaker.
+func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
 
 // Config returns the consumer's configuration with defaults applied, except
 // those that Run takes from the JetStream consumer's configuration
@@ -124,6 +139,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		return err
 	}
 	c.maxDeliver, c.beat = cfg.MaxDeliver, cfg.Heartbeat
+	c.serverMaxDeliver = max(cons.CachedInfo().Config.MaxDeliver, 0)
 	if mp := cons.CachedInfo().Config.MaxAckPending; mp > 0 && mp < cfg.Workers*cfg.Batch {
 		c.logger.WarnContext(ctx, "inboxnats: the JetStream consumer's MaxAckPending is below Workers × Batch: fetches will come back short",
 			"stream", cfg.Stream, "durable", cfg.Durable, "max_ack_pending", mp, "workers", cfg.Workers, "batch", cfg.Batch)
@@ -271,10 +287,13 @@ func (c *Consumer[TTx]) pauseFor(unavailable bool) {
 	c.pauseUntil = time.Now().Add(c.pauseLength)
 }
 
+// waitPause waits out a pause after the store was unavailable, and the
+// streak breaker's pause.
 func (c *Consumer[TTx]) waitPause(ctx context.Context) {
 	c.pauseMu.Lock()
 	d := time.Until(c.pauseUntil)
 	c.pauseMu.Unlock()
+	d = max(d, c.breaker.Paused())
 	if d > 0 {
 		sleep(ctx, d)
 	}

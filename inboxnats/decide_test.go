@@ -49,11 +49,43 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, reason := decide(tt.err, tt.delivered, maxDeliver, tt.cancelled)
+			b := inbox.NewBreaker("billing", nil)
+			got, d := decide(context.Background(), b, inbox.Message{ID: "e-1"}, tt.err, tt.delivered, maxDeliver, tt.cancelled)
 			require.Equal(t, tt.want, got, "action %v", got)
-			require.Equal(t, tt.reason, reason)
+			require.Equal(t, tt.reason, d.Reason)
 		})
 	}
+}
+
+// TestAttemptLeavesOutExcusedDeliveries: a delivery's attempt is its
+// NumDelivered less the deliveries that were not attempts, at least 1, and
+// on the JetStream consumer's last delivery at least MaxDeliver.
+func TestAttemptLeavesOutExcusedDeliveries(t *testing.T) {
+	t.Parallel()
+	c := &Consumer[struct{}]{maxDeliver: 3, excused: newDeliveryCounts(maxExcused)}
+	d := &delivery{msg: inbox.Message{Source: inbox.Source{Queue: "ORDERS", Offset: 7}}, delivered: 5}
+	require.Equal(t, 5, c.attempt(d))
+	for range 3 {
+		c.excused.add(excusedKey(d))
+	}
+	require.Equal(t, 2, c.attempt(d))
+	for range 5 {
+		c.excused.add(excusedKey(d))
+	}
+	require.Equal(t, 1, c.attempt(d), "this delivery is an attempt whatever the counts say")
+	other := &delivery{msg: inbox.Message{Source: inbox.Source{Queue: "ORDERS", Offset: 8}}, delivered: 2}
+	require.Equal(t, 2, c.attempt(other), "counts are per message")
+	c.serverMaxDeliver = 5
+	require.Equal(t, 5, c.attempt(d), "the server will not deliver it again")
+	c.serverMaxDeliver = 10
+	require.Equal(t, 1, c.attempt(d))
+	c.excused.forget(excusedKey(d))
+	require.Equal(t, 5, c.attempt(d))
+	// Without metadata, nothing is excused.
+	bare := &delivery{delivered: 1}
+	c.excused.add(excusedKey(bare))
+	require.Equal(t, 1, c.attempt(bare))
+	require.Zero(t, c.excused.get(""))
 }
 
 // TestRetryDelay covers the backoff growing with the delivery count.

@@ -70,15 +70,28 @@
 //     inbox.ReasonMalformedID), at once;
 //   - its handler returned an inbox.Permanent error (inbox.ReasonPermanent),
 //     at once;
-//   - its handler failed with a retryable error on a delivery whose
-//     NumDelivered reached Config.MaxDeliver (inbox.ReasonMaxAttempts).
+//   - its handler failed with a retryable error of its own on a delivery
+//     whose NumDelivered, less the deliveries to this consumer that were
+//     not attempts, reached Config.MaxDeliver (inbox.ReasonMaxAttempts).
+//     On the last delivery that the JetStream consumer's own MaxDeliver
+//     allows, a failure of its own dead-letters it whatever was excused:
+//     the server would not deliver it again.
 //
 // It is terminated with TermWithReason on servers from 2.10.4, and with
 // Term on older ones, which ignore TermWithReason and would redeliver the
-// message. A failure that says nothing about the message never
-// dead-letters it: inbox.ErrUnavailable (the store is unreachable; fetching
-// also pauses), inbox.ErrLockTimeout (another delivery of the event held
-// its claim), and cancellation at shutdown.
+// message. Whose fault a failure is decides, through the consumer's
+// inbox.Breaker, which every transport adapter shares (see inbox.Judge). A
+// failure that says nothing about the message never dead-letters it and is
+// not an attempt: a failure of the inbox's own work (begin, claim, commit,
+// the dead-letter write, a ledger) whatever its code, a broken connection
+// under the handler, a failure the handler marked inbox.Unavailable (for
+// these fetching also pauses, and the outage is logged once),
+// inbox.ErrLockTimeout (another delivery of the event held its claim),
+// cancellation at shutdown, and any failure while the streak breaker is
+// open (inbox.Config.StreakLimit distinct messages in a row failed alike:
+// fetching pauses, then probes). The deliveries that were not attempts are
+// counted in this process only: a consumer that restarts counts a
+// message's earlier deliveries in full.
 //
 // # Order
 //

@@ -2,7 +2,6 @@ package inboxnats
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -21,9 +20,6 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) {
 	for i, d := range ds {
 		id, err := c.client.Key(c.config.Key, d.msg)
 		if err != nil {
-			if !inbox.IsPermanent(err) {
-				err = fmt.Errorf("%w: %w", inbox.ErrMalformedID, err)
-			}
 			errs[i] = fmt.Errorf("inboxnats: key of message %s: %w", d.msg.Source, err)
 			continue
 		}
@@ -53,28 +49,47 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) {
 	var reasons []string
 	unavailable, committed := false, false
 	for i, d := range ds {
-		act, reason := decide(errs[i], d.delivered, c.maxDeliver, cancelled)
+		key := excusedKey(d)
+		attempt := c.attempt(d)
+		act, dec := decide(ctx, c.breaker, d.msg, errs[i], attempt, c.maxDeliver, cancelled)
 		switch act {
 		case actAck:
 			committed = true
+			c.breaker.Succeeded(ctx)
+			c.excused.forget(key)
 			ack = append(ack, d)
 		case actDeadLetter:
-			if err := c.deadLetter(ctx, d, reason, errs[i]); err != nil {
-				c.logger.ErrorContext(ctx, "inboxnats: could not dead-letter a message; it will be retried",
-					"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "reason", reason, "err", err)
-				unavailable = unavailable || errors.Is(err, inbox.ErrUnavailable)
+			if err := c.deadLetter(ctx, d, dec.Reason, errs[i], attempt); err != nil {
+				// The store's failure, logged once per outage by the
+				// breaker.
+				dd := c.breaker.Decide(ctx, d.msg, err, 0, 0)
+				c.logger.DebugContext(ctx, "inboxnats: could not dead-letter a message; it will be retried",
+					"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "reason", dec.Reason, "err", err)
+				unavailable = unavailable || dd.Fault == inbox.FaultStore || dd.Fault == inbox.FaultSystemic
+				c.excused.add(key)
 				retry = append(retry, d)
 				continue
 			}
+			c.excused.forget(key)
 			term = append(term, d)
-			reasons = append(reasons, reason)
+			reasons = append(reasons, dec.Reason)
 		case actRetry:
-			unavailable = unavailable || errors.Is(errs[i], inbox.ErrUnavailable)
-			c.logger.WarnContext(ctx, "inboxnats: message failed; it will be retried",
-				"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "id", d.msg.ID,
-				"delivered", d.delivered, "err", errs[i])
+			if dec.Action == inbox.ActionRetry {
+				c.logger.WarnContext(ctx, "inboxnats: message failed; it will be retried",
+					"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "id", d.msg.ID,
+					"attempt", attempt, "delivered", d.delivered, "err", errs[i])
+			} else {
+				// Not an attempt: the store's fault (logged once per
+				// outage by the breaker), a dependency's, a concurrent
+				// delivery's, or the streak breaker is open.
+				c.excused.add(key)
+				unavailable = unavailable || dec.Fault == inbox.FaultStore || dec.Fault == inbox.FaultSystemic
+			}
 			retry = append(retry, d)
 		case actRelease, actRequeue:
+			// Handed back unprocessed: its next delivery is no attempt
+			// of this one's.
+			c.excused.add(key)
 			release = append(release, d)
 		}
 	}
@@ -97,9 +112,23 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) {
 	c.release(ctx, release)
 }
 
+// attempt is the number of d's delivery counted as one of its message's
+// attempts: its NumDelivered, less the deliveries this process excused
+// (deliveryCounts), and at least 1, for this delivery is an attempt
+// whatever the counts say. On the last delivery that the JetStream
+// consumer's own MaxDeliver allows, it is at least MaxDeliver: the server
+// will not deliver the message again, so a failure of its own must
+// dead-letter it now.
+func (c *Consumer[TTx]) attempt(d *delivery) int {
+	if c.serverMaxDeliver > 0 && d.delivered >= c.serverMaxDeliver {
+		return max(d.delivered, c.maxDeliver)
+	}
+	return max(d.delivered-c.excused.get(excusedKey(d)), 1)
+}
+
 // deadLetter stores d in the dead-letter store. The caller terminates d
 // only when it returns nil.
-func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason string, cause error) error {
+func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason string, cause error, attempts int) error {
 	sctx, cancel := settleContext(ctx)
 	defer cancel()
 	return c.client.DeadLetter(sctx, inbox.DeadLetterParams{
@@ -107,7 +136,7 @@ func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason stri
 		Message:  d.msg,
 		Reason:   reason,
 		Err:      cause,
-		Attempts: d.delivered,
+		Attempts: attempts,
 	})
 }
 

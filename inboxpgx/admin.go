@@ -15,25 +15,18 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
-// Classify implements inboxdriver.Admin.
+// Classify implements inboxdriver.Admin. A connection that could not be
+// made is unavailability whatever SQLSTATE the server gave for refusing it
+// (CONNECT revoked 42501, no such database 3D000, no such role 28000): it
+// is checked before the server's codes.
 func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch {
-		case pgErr.Code == "40001", pgErr.Code == "40P01":
-			return inboxdriver.ClassConflict
-		case pgErr.Code == "55P03":
-			return inboxdriver.ClassLockTimeout
-		case strings.HasPrefix(pgErr.Code, "08"), // connection exception
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", // shutdown, crash, cannot connect now
-			pgErr.Code == "53300": // too many connections
-			return inboxdriver.ClassUnavailable
-		}
-		return inboxdriver.ClassOther
-	}
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {
 		return inboxdriver.ClassUnavailable
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return classifyCode(pgErr.Code)
 	}
 	// A context that ended is the caller's doing, not the store's, even
 	// when pgx reports it as a network timeout.
@@ -52,18 +45,49 @@ func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	return inboxdriver.ClassOther
 }
 
+// classifyCode classifies a server error by its SQLSTATE.
+func classifyCode(code string) inboxdriver.ErrorClass {
+	switch {
+	case code == "40001", code == "40P01":
+		return inboxdriver.ClassConflict
+	case code == "55P03":
+		return inboxdriver.ClassLockTimeout
+	case code == "42501":
+		return inboxdriver.ClassDenied
+	case strings.HasPrefix(code, "08"), // connection exception
+		code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
+		code == "53300", // too many connections
+		code == "25006": // read-only transaction: a standby, or a primary demoted in a failover
+		return inboxdriver.ClassUnavailable
+	}
+	return inboxdriver.ClassOther
+}
+
+// TxBroken implements inboxdriver.Driver: tx's connection is closed (pgx
+// closes it when the server ends the session, the network fails, or a
+// context ends during a query), or err is the server saying that it cannot
+// serve now. A handler's own io.EOF or net.Error, on a connection that is
+// still open, is not the store's.
+func (d *Driver) TxBroken(ctx context.Context, tx pgx.Tx, err error) bool {
+	if conn := tx.Conn(); conn == nil || conn.IsClosed() {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && classifyCode(pgErr.Code) == inboxdriver.ClassUnavailable
+}
+
 // PurgeBatch implements inboxdriver.Admin. One statement deletes the inbox
 // rows and their effect-ledger entries.
 func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
 	var n int64
-	err := d.pool.QueryRow(ctx, d.q.purge, p.Before, p.Consumer, p.Limit).Scan(&n)
+	err := d.pool.QueryRow(ctx, d.q.purge, p.OlderThan.Microseconds(), p.Consumer, p.Limit).Scan(&n)
 	return n, err
 }
 
 // PurgeCount implements inboxdriver.Admin.
 func (d *Driver) PurgeCount(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
 	var n int64
-	err := d.pool.QueryRow(ctx, d.q.purgeCount, p.Before, p.Consumer).Scan(&n)
+	err := d.pool.QueryRow(ctx, d.q.purgeCount, p.OlderThan.Microseconds(), p.Consumer).Scan(&n)
 	return n, err
 }
 

@@ -28,7 +28,7 @@ func BenchmarkClaim(b *testing.B) {
 	single := func(lt time.Duration) func(b *testing.B) {
 		return func(b *testing.B) {
 			for b.Loop() {
-				tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), Now: time.Now(), LockTimeout: lt})
+				tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), LockTimeout: lt})
 				if err != nil || !claimed {
 					b.Fatalf("claim: %v, claimed %v", err, claimed)
 				}
@@ -50,7 +50,7 @@ func BenchmarkClaim(b *testing.B) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, Now: time.Now(), LockTimeout: lt})
+			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, LockTimeout: lt})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -70,7 +70,7 @@ func BenchmarkClaim(b *testing.B) {
 	// (here with no work after the claim), for one id and for 100.
 	b.Run("Pipelined", func(b *testing.B) {
 		for b.Loop() {
-			claimed, workErr, err := d.ProcessPipelined(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), Now: time.Now(), LockTimeout: lt}, &pgx.Batch{})
+			claimed, workErr, err := d.ProcessPipelined(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), LockTimeout: lt}, &pgx.Batch{})
 			if err != nil || workErr != nil || !claimed {
 				b.Fatalf("pipelined claim: %v, %v, claimed %v", err, workErr, claimed)
 			}
@@ -83,7 +83,7 @@ func BenchmarkClaim(b *testing.B) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			claimed, workErr, err := d.ProcessPipelinedBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, Now: time.Now(), LockTimeout: lt}, &pgx.Batch{})
+			claimed, workErr, err := d.ProcessPipelinedBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, LockTimeout: lt}, &pgx.Batch{})
 			if err != nil || workErr != nil || !claimed {
 				b.Fatalf("pipelined claim: %v, %v, claimed %v", err, workErr, claimed)
 			}
@@ -93,7 +93,7 @@ func BenchmarkClaim(b *testing.B) {
 
 	b.Run("Duplicate", func(b *testing.B) {
 		id := inboxtest.NewID()
-		tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: id, Now: time.Now()})
+		tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: id})
 		if err != nil || !claimed {
 			b.Fatalf("claim: %v, claimed %v", err, claimed)
 		}
@@ -101,7 +101,7 @@ func BenchmarkClaim(b *testing.B) {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: id, Now: time.Now(), LockTimeout: lt})
+			tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: id, LockTimeout: lt})
 			if err != nil || claimed {
 				b.Fatalf("claim: %v, claimed %v", err, claimed)
 			}

@@ -105,7 +105,7 @@ func TestBatchClaimLockTimeout(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newDriver(t, inboxdriver.Tables{})
 	held := inboxtest.NewID()
-	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: held, Now: time.Now()})
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: held})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Rollback(context.Background(), tx) })
 	require.True(t, claimed)
@@ -125,4 +125,84 @@ func TestBatchClaimLockTimeout(t *testing.T) {
 	found, err := d.Forget(ctx, &inboxdriver.ForgetParams{Consumer: "billing", ID: other})
 	require.NoError(t, err)
 	require.False(t, found, "the batch's other id must not have been claimed")
+}
+
+// TestLockTimeoutOnAFreshConnection: a claim on a connection that has not
+// prepared it yet, behind a table lock, fails with ErrLockTimeout while the
+// lock is still held. pgx prepares a statement before the batch that bounds
+// its lock wait runs, and preparing the claim needs a lock on the inbox:
+// unbounded, the claim waited for the whole table lock.
+func TestLockTimeoutOnAFreshConnection(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := newDriver(t, inboxdriver.Tables{})
+	inboxTable := pgx.Identifier{schema, "inbox"}.Sanitize()
+
+	// The holder takes the table lock and keeps it until the end of the
+	// test. If a claim waited for it, the holder gives up after a minute,
+	// so that the test fails rather than hangs.
+	holder, err := d.Pool().Begin(ctx)
+	require.NoError(t, err)
+	release := time.AfterFunc(time.Minute, func() { _ = holder.Rollback(context.Background()) })
+	t.Cleanup(func() {
+		release.Stop()
+		_ = holder.Rollback(context.Background())
+	})
+	_, err = holder.Exec(ctx, `LOCK TABLE `+inboxTable+` IN ACCESS EXCLUSIVE MODE`)
+	require.NoError(t, err)
+
+	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
+	pipelined := inboxpgx.PipelineFunc(func(context.Context, inbox.Message, *pgx.Batch) error { return nil })
+	for _, tc := range []struct {
+		name string
+		run  func(c *inbox.Client[pgx.Tx], pool *pgxpool.Pool) error
+	}{
+		{"Process", func(c *inbox.Client[pgx.Tx], _ *pgxpool.Pool) error {
+			_, err := c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, noop)
+			return err
+		}},
+		{"ProcessBatch", func(c *inbox.Client[pgx.Tx], _ *pgxpool.Pool) error {
+			rs, err := c.ProcessBatch(ctx, "billing", []inbox.Message{{ID: inboxtest.NewID()}, {ID: inboxtest.NewID()}}, noop)
+			if err != nil {
+				return err
+			}
+			return rs[0].Err
+		}},
+		{"pipelined", func(c *inbox.Client[pgx.Tx], _ *pgxpool.Pool) error {
+			_, err := c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, pipelined)
+			return err
+		}},
+		{"ProcessTx", func(c *inbox.Client[pgx.Tx], pool *pgxpool.Pool) error {
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx)
+			_, err = c.ProcessTx(ctx, tx, "billing", inbox.Message{ID: inboxtest.NewID()})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// A pool of its own, of one connection, which has prepared
+			// nothing yet.
+			pool, err := pgxpool.New(ctx, testdb.URL(t)+"&pool_max_conns=1")
+			require.NoError(t, err)
+			defer pool.Close()
+			fresh, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
+			require.NoError(t, err)
+			c, err := inbox.NewClient(fresh, &inbox.Config{LockTimeout: 100 * time.Millisecond, MaxConflictRetries: -1})
+			require.NoError(t, err)
+
+			err = tc.run(c, pool)
+			require.ErrorIs(t, err, inbox.ErrLockTimeout)
+			require.True(t, inbox.IsRetryable(err))
+			var one int
+			require.NoError(t, holder.QueryRow(ctx, `SELECT 1`).Scan(&one), "the table lock was released before the claim gave up")
+
+			// The connection keeps its own lock_timeout.
+			var v string
+			require.NoError(t, pool.QueryRow(ctx, `SHOW lock_timeout`).Scan(&v))
+			require.Equal(t, "0", v)
+		})
+	}
 }

@@ -27,6 +27,12 @@
 // wait is bounded by the client's LockTimeout, after which the claim fails
 // with inbox.ErrLockTimeout.
 //
+// # Grants
+//
+// A consumer's role needs SELECT and INSERT on the inbox, and SELECT,
+// INSERT and UPDATE of four columns on the dead letters; a cleaner's needs
+// DELETE: docs/GRANTS.md lists each role's grants, and why.
+//
 // # Effects ledger
 //
 // The driver keeps the ledger of remote side effects (inbox.Client.Effect)
@@ -106,8 +112,8 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pg
 	b := &pgx.Batch{}
 	b.BeginTx(d.txOptions)
 	var claimed bool
-	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
-		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch, opts ...any) {
+		b.Queue(d.q.claim, append(opts, p.Consumer, p.ID)...).Exec(func(ct pgconn.CommandTag) error {
 			claimed = ct.RowsAffected() == 1
 			return nil
 		})
@@ -125,8 +131,8 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 	b := &pgx.Batch{}
 	b.BeginTx(d.txOptions)
 	claimed := make([]bool, len(p.IDs))
-	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
-		b.Queue(d.q.claimBatch, p.Consumer, p.IDs, p.Now).Query(func(rows pgx.Rows) error {
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch, opts ...any) {
+		b.Queue(d.q.claimBatch, append(opts, p.Consumer, p.IDs)...).Query(func(rows pgx.Rows) error {
 			return scanClaimed(rows, p.IDs, claimed)
 		})
 	})
@@ -140,7 +146,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 // Claim implements inboxdriver.Driver, inside the caller's transaction.
 func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParams) (bool, error) {
 	if p.LockTimeout <= 0 {
-		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID, p.Now)
+		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID)
 		if err != nil {
 			return false, err
 		}
@@ -148,8 +154,8 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 	}
 	b := &pgx.Batch{}
 	var claimed bool
-	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch) {
-		b.Queue(d.q.claim, p.Consumer, p.ID, p.Now).Exec(func(ct pgconn.CommandTag) error {
+	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch, opts ...any) {
+		b.Queue(d.q.claim, append(opts, p.Consumer, p.ID)...).Exec(func(ct pgconn.CommandTag) error {
 			claimed = ct.RowsAffected() == 1
 			return nil
 		})
@@ -162,16 +168,18 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 
 // queueClaim queues the claim, bracketed by statements that bound its lock
 // wait and then restore the transaction's own lock_timeout, so that the
-// bound applies to the claim and not to the handler. It returns the
-// restore, or nil when there is no bracket.
-func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch)) (restore *pgx.QueuedQuery) {
+// bound applies to the claim and not to the handler. claim queues the claim
+// with opts before its arguments: a boundedPrepare, which bounds the
+// claim's first prepare on a connection too. It returns the restore, or nil
+// when there is no bracket.
+func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch, opts ...any)) (restore *pgx.QueuedQuery) {
 	if lockTimeout <= 0 {
 		claim(b)
 		return nil
 	}
 	ms := max(lockTimeout.Milliseconds(), 1)
 	b.Queue(setLockTimeout, fmt.Sprintf("%dms", ms))
-	claim(b)
+	claim(b, boundedPrepare{timeout: lockTimeout})
 	return b.Queue(restoreLockTimeout)
 }
 

@@ -21,8 +21,7 @@ func TestEffectsTextIDs(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, _ := newDriver(t, inboxdriver.Tables{IDType: inboxdriver.IDTypeText, Effects: "ledger"})
-	now := time.Now()
-	c, err := inbox.NewClient(d, &inbox.Config{IDFormat: inbox.IDFormatULID, ReplayHorizon: time.Hour, Now: func() time.Time { return now }})
+	c, err := inbox.NewClient(d, &inbox.Config{IDFormat: inbox.IDFormatULID, ReplayHorizon: time.Hour})
 	require.NoError(t, err)
 	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
 	calls := 0
@@ -45,7 +44,7 @@ func TestEffectsTextIDs(t *testing.T) {
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))
 	require.Equal(t, 2, calls)
 
-	now = now.Add(48 * time.Hour)
+	require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", nil, 48*time.Hour))
 	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)

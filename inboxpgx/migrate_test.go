@@ -148,3 +148,11 @@ func TestRender(t *testing.T) {
 	_, err = inboxmigrate.Render(inboxdriver.DialectPostgres, inboxdriver.Tables{Inbox: strings.Repeat("x", 64)}, inboxmigrate.FormatPlain)
 	require.ErrorContains(t, err, "longer than 63 bytes")
 }
+
+// Two tables with one name would make every dead letter fail, and a
+// record retry forever: New refuses them.
+func TestNewRefusesTablesThatShareAName(t *testing.T) {
+	t.Parallel()
+	_, err := inboxpgx.New(testPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{DeadLetters: "inbox"}})
+	require.ErrorContains(t, err, `Tables.Inbox and Tables.DeadLetters are both "inbox"`)
+}

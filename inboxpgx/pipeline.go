@@ -114,23 +114,23 @@ var _ inboxdriver.Pipeliner = (*Driver)(nil)
 // pipelined batch. The claim is a plain INSERT: a duplicate fails it with a
 // unique violation, and the server skips the rest of the batch.
 func (d *Driver) ProcessPipelined(ctx context.Context, p *inboxdriver.ClaimParams, work any) (claimed bool, workErr, err error) {
-	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch) *pgx.QueuedQuery {
-		return b.Queue(d.q.claimPlain, p.Consumer, p.ID, p.Now)
+	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
+		return b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.ID)...)
 	})
 }
 
 // ProcessPipelinedBatch implements inboxdriver.Pipeliner: ProcessPipelined
 // with one INSERT … SELECT FROM unnest of every id.
 func (d *Driver) ProcessPipelinedBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams, work any) (claimed bool, workErr, err error) {
-	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch) *pgx.QueuedQuery {
-		return b.Queue(d.q.claimBatchPlain, p.Consumer, p.IDs, p.Now)
+	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
+		return b.Queue(d.q.claimBatchPlain, append(opts, p.Consumer, p.IDs)...)
 	})
 }
 
 // pipeline sends BEGIN, the claim that claim queues, work's queries and
 // COMMIT as one batch on a connection of its own, and ends the transaction
 // whatever happens.
-func (d *Driver) pipeline(ctx context.Context, lockTimeout time.Duration, work any, claim func(b *pgx.Batch) *pgx.QueuedQuery) (claimed bool, workErr, err error) {
+func (d *Driver) pipeline(ctx context.Context, lockTimeout time.Duration, work any, claim func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery) (claimed bool, workErr, err error) {
 	wb, ok := work.(*pgx.Batch)
 	if !ok {
 		return false, nil, fmt.Errorf("inboxpgx: pipelined work is a %T, not a *pgx.Batch", work)
@@ -146,8 +146,8 @@ func (d *Driver) pipeline(ctx context.Context, lockTimeout time.Duration, work a
 	var claimRead, restoreRead, workRead bool
 	b := &pgx.Batch{}
 	b.Queue(d.begin)
-	restore := d.queueClaim(b, lockTimeout, func(b *pgx.Batch) {
-		claim(b).Exec(func(pgconn.CommandTag) error {
+	restore := d.queueClaim(b, lockTimeout, func(b *pgx.Batch, opts ...any) {
+		claim(b, opts...).Exec(func(pgconn.CommandTag) error {
 			claimRead = true
 			return nil
 		})

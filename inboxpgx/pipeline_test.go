@@ -199,7 +199,7 @@ func TestPipelineFuncConcurrentDuplicate(t *testing.T) {
 			c := newClient(t, f.d, &inbox.Config{LockTimeout: -1})
 			before := f.balance(t)
 			id := inboxtest.NewID()
-			tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id, Now: time.Now()})
+			tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id})
 			require.NoError(t, err)
 			require.True(t, claimed)
 			type result struct {
@@ -246,7 +246,7 @@ func TestPipelineFuncLockTimeout(t *testing.T) {
 	require.Equal(t, "0", seen)
 
 	id := inboxtest.NewID()
-	tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id, Now: time.Now()})
+	tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id})
 	require.NoError(t, err)
 	require.True(t, claimed)
 	defer tx.Rollback(ctx)

@@ -37,18 +37,20 @@ func newQueries(t inboxdriver.Tables) queries {
 	const dlCols = `id, consumer_name, dedup_key, coalesce(message_id, ''), transport, queue, source_partition,
        source_offset, broker_id, record_key, headers, payload, reason, error_text, attempts, first_seen_at, last_seen_at`
 	return queries{
+		// processed_at is the database's clock, which the purge cutoff
+		// reads too.
 		claim: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
-VALUES ($1, $2, $3)
+VALUES ($1, $2, now())
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id`,
 		// The pipelined claim: a duplicate fails it, which stops the
 		// pipeline before the handler's work.
-		claimPlain: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at) VALUES ($1, $2, $3)`,
+		claimPlain: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at) VALUES ($1, $2, now())`,
 		applied:    `SELECT EXISTS (SELECT FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2)`,
 		claimBatchPlain: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
-SELECT $1, id, $3 FROM unnest($2::` + idArray + `) AS u(id)`,
+SELECT $1, id, now() FROM unnest($2::` + idArray + `) AS u(id)`,
 		claimBatch: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
-SELECT $1, id, $3 FROM unnest($2::` + idArray + `) AS u(id)
+SELECT $1, id, now() FROM unnest($2::` + idArray + `) AS u(id)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id::text`,
 		// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple id.
@@ -57,7 +59,8 @@ RETURNING message_id::text`,
 		purge: `WITH purged AS (
     DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
         SELECT ctid FROM ` + inbox + `
-         WHERE processed_at < $1 AND ($2 = '' OR consumer_name = $2)
+         WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
+           AND ($2 = '' OR consumer_name = $2)
          LIMIT $3
            FOR UPDATE SKIP LOCKED))
     RETURNING consumer_name, message_id
@@ -66,7 +69,8 @@ RETURNING message_id::text`,
      WHERE e.consumer_name = p.consumer_name AND e.message_id = p.message_id
 )
 SELECT count(*) FROM purged`,
-		purgeCount: `SELECT count(*) FROM ` + inbox + ` WHERE processed_at < $1 AND ($2 = '' OR consumer_name = $2)`,
+		purgeCount: `SELECT count(*) FROM ` + inbox + `
+ WHERE processed_at < now() - $1::bigint * interval '1 microsecond' AND ($2 = '' OR consumer_name = $2)`,
 		forget: `WITH effects AS (
     DELETE FROM ` + effects + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
 ), forgotten AS (

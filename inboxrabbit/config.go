@@ -79,15 +79,19 @@ type Config struct {
 	Ordered bool
 
 	// MaxDeliveries bounds redelivery. A delivery whose handler fails with
-	// a retryable error when its delivery count has reached MaxDeliveries
-	// is dead-lettered instead of retried. The count is the quorum queue's
-	// x-delivery-count plus one where the broker sets it, else this
-	// process's own count of the event's failed attempts. Failures that say
-	// nothing about the message (the store is unavailable, a lock timeout
-	// behind a concurrent delivery, shutdown) never dead-letter. Set a
-	// quorum queue's own x-delivery-limit, if any, above this, so that the
-	// broker does not drop a message the inbox has not recorded (RabbitMQ
-	// 4 sets 20 by default). Defaults to DefaultMaxDeliveries (5).
+	// a retryable error of its own on its MaxDeliveries-th attempt is
+	// dead-lettered instead of retried. The attempt is the quorum queue's
+	// x-delivery-count plus one where the broker sets it, less this
+	// process's deliveries of the event that were not attempts, or else
+	// one more than this process's own count of the event's failed
+	// attempts. Failures that say nothing about the message (inbox.Judge:
+	// the store's, whatever its code, one the handler marked
+	// inbox.Unavailable, a lock timeout behind a concurrent delivery,
+	// shutdown, the streak breaker open) are not attempts and never
+	// dead-letter. Set a quorum queue's own x-delivery-limit, if any, well
+	// above this, so that the broker does not drop a message the inbox has
+	// not recorded, the deliveries that were not attempts included
+	// (RabbitMQ 4 sets 20 by default). Defaults to DefaultMaxDeliveries (5).
 	MaxDeliveries int
 
 	// RetryBackoff is how long a delivery whose handler failed with a

@@ -106,6 +106,13 @@ func TestAttemptsAreBounded(t *testing.T) {
 	require.Equal(t, 0, a.get("e"))
 	a.fail("")
 	require.Equal(t, 0, a.get(""))
+	a.excuse("f")
+	a.excuse("f")
+	require.Equal(t, 2, a.excused("f"))
+	require.Zero(t, a.get("f"))
+	require.LessOrEqual(t, len(a.byID), 3)
+	a.excuse("")
+	require.Zero(t, a.excused(""))
 }
 
 // TestMessageIDKey reads the message-id property, and only that.

@@ -28,6 +28,9 @@ type Consumer[TTx any] struct {
 	attempts *attempts
 	gen      atomic.Uint64
 
+	// breaker judges failures and keeps the consumer's outage and streak.
+	breaker *inbox.Breaker
+
 	running atomic.Bool
 
 	// pauseMu guards the pause after the store was found unavailable.
@@ -67,8 +70,13 @@ func New[TTx any](dial DialFunc, client *inbox.Client[TTx], handler inbox.Handle
 		config:   cfg,
 		logger:   logger,
 		attempts: newAttempts(maxTrackedAttempts),
+		breaker:  client.NewBreaker(cfg.Consumer, logger),
 	}, nil
 }
+
+// Breaker returns the consumer's Breaker, whose State shows a store
+// outage or an open streak breaker.
+func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
 
 // Config returns the consumer's configuration with defaults applied.
 func (c *Consumer[TTx]) Config() Config { return c.config }
@@ -156,7 +164,9 @@ func (c *Consumer[TTx]) consume(ctx, workCtx context.Context, s *session) {
 				for len(ds) > 0 {
 					var wait time.Duration
 					ds, wait = c.process(workCtx, ds)
-					if len(ds) > 0 && !c.hold(ctx, s, wait) {
+					// While the streak breaker is open, a retry in
+					// place waits out its pause too.
+					if len(ds) > 0 && !c.hold(ctx, s, max(wait, c.breaker.Paused())) {
 						// Left to the closing channel, which
 						// requeues them.
 						return
@@ -230,10 +240,13 @@ func (c *Consumer[TTx]) pauseFor(unavailable bool) {
 	c.pauseUntil = time.Now().Add(c.pauseLength)
 }
 
+// waitPause waits out a pause after the store was unavailable, and the
+// streak breaker's pause.
 func (c *Consumer[TTx]) waitPause(ctx context.Context) {
 	c.pauseMu.Lock()
 	d := time.Until(c.pauseUntil)
 	c.pauseMu.Unlock()
+	d = max(d, c.breaker.Paused())
 	if d > 0 {
 		sleep(ctx, d)
 	}

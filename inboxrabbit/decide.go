@@ -1,15 +1,16 @@
 package inboxrabbit
 
 import (
+	"context"
 	"errors"
 	"time"
 
 	"github.com/txinbox/inbox"
 )
 
-// This file is the whole of the adapter's failure judgement: what becomes
-// of a message after the inbox processed it. It mirrors inboxsqs's, so
-// that both can give way to one shared policy.
+// This file is what becomes of a message after the inbox processed it. The
+// judgement itself is inbox.Breaker's, which inboxkafka, inboxsqs and
+// inboxnats share; what is RabbitMQ's is the action each decision maps to.
 
 // action is what becomes of a delivery after processing.
 type action uint8
@@ -48,34 +49,28 @@ func (a action) String() string {
 	return "action(?)"
 }
 
-// decide says what to do with a delivery whose processing returned err, on
-// its delivered-th delivery (see delivery.count). cancelled tells that the
-// processing context was cancelled (shutdown), which says nothing about the
-// message. It returns the dead-letter reason with actDeadLetter.
-func decide(err error, delivered, maxDeliver int, cancelled bool) (action, string) {
+// decide says what to do with a delivery whose processing returned err,
+// after attempt attempts of its own (see Consumer.attempt). cancelled
+// tells that the processing context was cancelled (shutdown), which says
+// nothing about the message. The rule of whose fault a failure is, and of
+// when a message has used up its attempts, is the Breaker's, which every
+// transport adapter shares; with actDeadLetter, the Decision carries the
+// reason. With actRetry, the Decision tells a failure that was an attempt
+// (inbox.ActionRetry) from one that was not (inbox.ActionHold).
+func decide(ctx context.Context, b *inbox.Breaker, msg inbox.Message, err error, attempt, maxDeliver int, cancelled bool) (action, inbox.Decision) {
 	switch {
 	case err == nil:
-		return actAck, ""
+		return actAck, inbox.Decision{}
 	case errors.Is(err, inbox.ErrNotAttempted):
-		return actRequeue, ""
+		return actRequeue, inbox.Decision{}
 	case cancelled:
-		return actRelease, ""
-	case inbox.IsPermanent(err):
-		return actDeadLetter, inbox.DeadLetterReason(err)
-	case notPoison(err):
-		return actRetry, ""
-	case delivered >= maxDeliver:
-		return actDeadLetter, inbox.ReasonMaxAttempts
-	default:
-		return actRetry, ""
+		return actRelease, inbox.Decision{}
 	}
-}
-
-// notPoison reports whether err is a failure that says nothing about the
-// message itself, so that it never counts towards dead-lettering: the store
-// is unreachable, or a concurrent delivery of the same event held the claim.
-func notPoison(err error) bool {
-	return errors.Is(err, inbox.ErrUnavailable) || errors.Is(err, inbox.ErrLockTimeout)
+	d := b.Decide(ctx, msg, err, attempt, maxDeliver)
+	if d.Action == inbox.ActionDeadLetter {
+		return actDeadLetter, d
+	}
+	return actRetry, d
 }
 
 // retryDelay is how long a delivery that failed on its delivered-th

@@ -49,11 +49,42 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, reason := decide(tt.err, tt.delivered, maxDeliver, tt.cancelled)
+			b := inbox.NewBreaker("billing", nil)
+			got, d := decide(context.Background(), b, inbox.Message{ID: "e-1"}, tt.err, tt.delivered, maxDeliver, tt.cancelled)
 			require.Equal(t, tt.want, got, "action %v", got)
-			require.Equal(t, tt.reason, reason)
+			require.Equal(t, tt.reason, d.Reason)
 		})
 	}
+}
+
+// TestAttemptLeavesOutExcusedDeliveries: a delivery's attempt is the
+// quorum queue's count less the deliveries that were not attempts, or one
+// more than this process's count of failed attempts, whichever is more.
+func TestAttemptLeavesOutExcusedDeliveries(t *testing.T) {
+	t.Parallel()
+	c := &Consumer[struct{}]{attempts: newAttempts(maxTrackedAttempts)}
+	quorum := &delivery{msg: inbox.Message{ID: "e-1"}, brokerCount: 5}
+	require.Equal(t, 5, c.attempt(quorum))
+	for range 3 {
+		c.attempts.excuse("e-1")
+	}
+	require.Equal(t, 2, c.attempt(quorum))
+	c.attempts.fail("e-1")
+	c.attempts.fail("e-1")
+	require.Equal(t, 3, c.attempt(quorum), "this process saw two failures of its own")
+	for range 10 {
+		c.attempts.excuse("e-1")
+	}
+	require.Equal(t, 3, c.attempt(quorum))
+	c.attempts.forget("e-1")
+	require.Equal(t, 5, c.attempt(quorum))
+	// A classic queue counts nothing: this process's failures decide.
+	classic := &delivery{msg: inbox.Message{ID: "e-2"}}
+	require.Equal(t, 1, c.attempt(classic))
+	c.attempts.excuse("e-2")
+	require.Equal(t, 1, c.attempt(classic))
+	c.attempts.fail("e-2")
+	require.Equal(t, 2, c.attempt(classic))
 }
 
 // TestRetryDelay covers the backoff growing with the delivery count.

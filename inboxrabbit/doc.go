@@ -62,16 +62,24 @@
 //     inbox.ReasonMalformedID), at once;
 //   - its handler returned an inbox.Permanent error (inbox.ReasonPermanent),
 //     at once;
-//   - its handler failed with a retryable error on a delivery whose count
-//     reached Config.MaxDeliveries (inbox.ReasonMaxAttempts).
+//   - its handler failed with a retryable error of its own on its
+//     Config.MaxDeliveries-th attempt (inbox.ReasonMaxAttempts).
 //
-// The count is the broker's on quorum queues (x-delivery-count), which
-// holds across consumers and restarts; on classic queues, which count
-// nothing, it is this process's count of the event's failed attempts. A
-// failure that says nothing about the message never dead-letters it:
-// inbox.ErrUnavailable (the store is unreachable; consuming also pauses),
-// inbox.ErrLockTimeout (another delivery of the event held its claim), and
-// cancellation at shutdown.
+// The attempt is counted from the broker's count on quorum queues
+// (x-delivery-count), which holds across consumers and restarts, less the
+// deliveries to this process that were not attempts; on classic queues,
+// which count nothing, it is this process's count of the event's failed
+// attempts. Whose fault a failure is decides, through the consumer's
+// inbox.Breaker, which every transport adapter shares (see inbox.Judge). A
+// failure that says nothing about the message never dead-letters it and is
+// not an attempt: a failure of the inbox's own work (begin, claim, commit,
+// the dead-letter write, a ledger) whatever its code, a broken connection
+// under the handler, a failure the handler marked inbox.Unavailable (for
+// these consuming also pauses, and the outage is logged once),
+// inbox.ErrLockTimeout (another delivery of the event held its claim),
+// cancellation at shutdown, and any failure while the streak breaker is
+// open (inbox.Config.StreakLimit distinct messages in a row failed alike:
+// consuming pauses, then probes).
 //
 // # The consumer timeout
 //

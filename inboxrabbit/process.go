@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -26,9 +25,6 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) (again []*d
 	for i, d := range ds {
 		id, err := c.client.Key(c.config.Key, d.msg)
 		if err != nil {
-			if !inbox.IsPermanent(err) {
-				err = fmt.Errorf("%w: %w", inbox.ErrMalformedID, err)
-			}
 			errs[i] = fmt.Errorf("inboxrabbit: key of a delivery from %s: %w", c.config.Queue, err)
 			continue
 		}
@@ -55,39 +51,50 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) (again []*d
 	cancelled := ctx.Err() != nil
 
 	var ack, reject, retry, requeue []*delivery
+	// excused marks the deliveries of retry whose failure was no attempt.
+	var excused []bool
 	unavailable, committed := false, false
 	for i, d := range ds {
-		delivered := c.delivered(d)
-		act, reason := decide(errs[i], delivered, c.config.MaxDeliveries, cancelled)
+		attempt := c.attempt(d)
+		act, dec := decide(ctx, c.breaker, d.msg, errs[i], attempt, c.config.MaxDeliveries, cancelled)
 		switch act {
 		case actAck:
 			committed = true
+			c.breaker.Succeeded(ctx)
 			c.attempts.forget(d.msg.ID)
 			ack = append(ack, d)
 		case actDeadLetter:
-			if err := c.deadLetter(ctx, d, reason, errs[i], delivered); err != nil {
-				c.logger.ErrorContext(ctx, "inboxrabbit: could not dead-letter a message; it will be retried",
-					"queue", c.config.Queue, "id", d.msg.ID, "reason", reason, "err", err)
-				unavailable = unavailable || errors.Is(err, inbox.ErrUnavailable)
-				retry = append(retry, d)
+			if err := c.deadLetter(ctx, d, dec.Reason, errs[i], attempt); err != nil {
+				// The store's failure, logged once per outage by the
+				// breaker.
+				dd := c.breaker.Decide(ctx, d.msg, err, 0, 0)
+				c.logger.DebugContext(ctx, "inboxrabbit: could not dead-letter a message; it will be retried",
+					"queue", c.config.Queue, "id", d.msg.ID, "reason", dec.Reason, "err", err)
+				unavailable = unavailable || dd.Fault == inbox.FaultStore || dd.Fault == inbox.FaultSystemic
+				retry, excused = append(retry, d), append(excused, true)
 				continue
 			}
 			c.attempts.forget(d.msg.ID)
 			reject = append(reject, d)
 		case actRetry:
-			if notPoison(errs[i]) {
-				unavailable = unavailable || errors.Is(errs[i], inbox.ErrUnavailable)
-			} else {
+			if dec.Action == inbox.ActionRetry {
 				c.attempts.fail(d.msg.ID)
+				c.logger.WarnContext(ctx, "inboxrabbit: message failed; it will be retried",
+					"queue", c.config.Queue, "id", d.msg.ID, "attempt", attempt, "err", errs[i])
+			} else {
+				// Not an attempt: the store's fault (logged once per
+				// outage by the breaker), a dependency's, a concurrent
+				// delivery's, or the streak breaker is open.
+				unavailable = unavailable || dec.Fault == inbox.FaultStore || dec.Fault == inbox.FaultSystemic
 			}
-			c.logger.WarnContext(ctx, "inboxrabbit: message failed; it will be retried",
-				"queue", c.config.Queue, "id", d.msg.ID, "delivered", delivered, "err", errs[i])
-			retry = append(retry, d)
+			retry, excused = append(retry, d), append(excused, dec.Action != inbox.ActionRetry)
 		case actRequeue:
+			c.attempts.excuse(d.msg.ID)
 			requeue = append(requeue, d)
 		case actRelease:
 			// Left unacknowledged: Run closes the channel, which
 			// requeues it.
+			c.attempts.excuse(d.msg.ID)
 		}
 	}
 	c.pauseFor(unavailable && !committed)
@@ -107,12 +114,18 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) (again []*d
 	for _, d := range requeue {
 		c.settle(ctx, d, "requeue", func() error { return d.raw.Nack(false, true) })
 	}
-	for _, d := range retry {
+	for i, d := range retry {
 		delay := retryDelay(c.config.RetryBackoff, c.config.MaxRetryBackoff, c.delivered(d))
 		if c.config.Ordered {
+			// Tried again in place: the broker does not count it.
 			again = append(again, d)
 			wait = max(wait, delay)
 			continue
+		}
+		if excused[i] {
+			// Requeued, it comes back with one more delivery that was no
+			// attempt.
+			c.attempts.excuse(d.msg.ID)
 		}
 		d.sess.later(delay, func() {
 			c.settle(context.WithoutCancel(ctx), d, "requeue", func() error { return d.raw.Nack(false, true) })
@@ -121,11 +134,20 @@ func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) (again []*d
 	return again, wait
 }
 
-// delivered is d's delivery count: the quorum queue's where the broker
-// keeps one, else one more than the failed attempts this process counted
-// for its event, whichever is more.
+// delivered is d's delivery count, which sets its retry backoff: the
+// quorum queue's where the broker keeps one, else one more than the failed
+// attempts this process counted for its event, whichever is more.
 func (c *Consumer[TTx]) delivered(d *delivery) int {
 	return max(d.brokerCount, c.attempts.get(d.msg.ID)+1)
+}
+
+// attempt is the number of d's delivery counted as one of its event's
+// attempts: the quorum queue's delivery count less the deliveries this
+// process excused (they were not attempts), or one more than the failed
+// attempts this process counted, whichever is more; so at least 1, for
+// this delivery is an attempt whatever the counts say.
+func (c *Consumer[TTx]) attempt(d *delivery) int {
+	return max(d.brokerCount-c.attempts.excused(d.msg.ID), c.attempts.get(d.msg.ID)+1)
 }
 
 // settle acknowledges d with ack on its own channel, unless that channel

@@ -23,7 +23,7 @@ const sqliteError = 1
 // transaction that locks the batch, in index order, and deletes its ledger
 // entries and its rows.
 func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
-	args := []any{d.timeArg(p.Before)}
+	args := []any{p.OlderThan.Microseconds()}
 	i := 0
 	if p.Consumer != "" {
 		args = append(args, p.Consumer)
@@ -65,7 +65,7 @@ func (d *Driver) PurgeBatch(ctx context.Context, p *inboxdriver.PurgeParams) (in
 		var n int64
 		err = inTx(ctx, d.db, func(tx *sql.Tx) error {
 			var err error
-			n, err = d.deleteKeys(ctx, tx, d.q.inbox, keys, d.timeArg(p.Before))
+			n, err = d.deleteKeys(ctx, tx, d.q.inbox, keys, p.OlderThan.Microseconds())
 			return err
 		})
 		return n, err
@@ -107,11 +107,12 @@ func selectKeys(ctx context.Context, q execQuerier, query string, args []any) ([
 
 // deleteKeys deletes the rows of keys from table (SQLite, MySQL), in
 // statements of at most maxKeysPerStatement keys, and returns how many it
-// deleted. With before, it deletes only rows processed before it.
-func (d *Driver) deleteKeys(ctx context.Context, q execQuerier, table string, keys []msgKey, before any) (int64, error) {
+// deleted. With olderThan (microseconds), it deletes only rows processed
+// longer ago than that, by the database's clock.
+func (d *Driver) deleteKeys(ctx context.Context, q execQuerier, table string, keys []msgKey, olderThan any) (int64, error) {
 	var total int64
 	for start := 0; start < len(keys); start += maxKeysPerStatement {
-		query, args := d.q.deleteKeys(table, keys[start:min(start+maxKeysPerStatement, len(keys))], before)
+		query, args := d.q.deleteKeys(table, keys[start:min(start+maxKeysPerStatement, len(keys))], olderThan)
 		res, err := q.ExecContext(ctx, query, args...)
 		if err != nil {
 			return total, err
@@ -142,7 +143,7 @@ func inTx(ctx context.Context, db interface {
 
 // PurgeCount implements inboxdriver.Admin.
 func (d *Driver) PurgeCount(ctx context.Context, p *inboxdriver.PurgeParams) (int64, error) {
-	args := []any{d.timeArg(p.Before)}
+	args := []any{p.OlderThan.Microseconds()}
 	i := 0
 	if p.Consumer != "" {
 		args = append(args, p.Consumer)

@@ -15,8 +15,8 @@ const maxMariaDBBatch = 500
 
 // claim claims id for consumer in tx. bounded reports that the lock wait is
 // already bounded by lockTimeout, through SQLite's busy timeout.
-func (d *Driver) claim(ctx context.Context, tx *sql.Tx, consumer, id string, now time.Time, lockTimeout time.Duration, bounded bool) (bool, error) {
-	args := []any{consumer, id, d.timeArg(now)}
+func (d *Driver) claim(ctx context.Context, tx *sql.Tx, consumer, id string, lockTimeout time.Duration, bounded bool) (bool, error) {
+	args := []any{consumer, id}
 	switch d.dialect {
 	case SQLite:
 		ok, err := claimReturning(ctx, tx, d.q.claim, id, args)
@@ -89,7 +89,7 @@ func (d *Driver) insertMySQL(ctx context.Context, tx *sql.Tx, query string, args
 }
 
 // claimBatch claims ids, which hold no duplicates, for consumer in tx.
-func (d *Driver) claimBatch(ctx context.Context, tx *sql.Tx, consumer string, ids []string, now time.Time, lockTimeout time.Duration, bounded bool) ([]bool, error) {
+func (d *Driver) claimBatch(ctx context.Context, tx *sql.Tx, consumer string, ids []string, lockTimeout time.Duration, bounded bool) ([]bool, error) {
 	if len(ids) == 0 {
 		return []bool{}, nil
 	}
@@ -99,7 +99,7 @@ func (d *Driver) claimBatch(ctx context.Context, tx *sql.Tx, consumer string, id
 		if err != nil {
 			return nil, err
 		}
-		out, err := claimBatchReturning(ctx, tx, d.q.claimBatch, ids, consumer, string(list), d.timeArg(now))
+		out, err := claimBatchReturning(ctx, tx, d.q.claimBatch, ids, consumer, string(list))
 		if bounded {
 			err = sqliteLockWait(err, lockTimeout)
 		}
@@ -110,19 +110,19 @@ func (d *Driver) claimBatch(ctx context.Context, tx *sql.Tx, consumer string, id
 				return nil, err
 			}
 		}
-		out, err := claimBatchReturning(ctx, tx, d.q.claimBatch, ids, consumer, ids, now)
+		out, err := claimBatchReturning(ctx, tx, d.q.claimBatch, ids, consumer, ids)
 		if err != nil || lockTimeout <= 0 {
 			return out, err
 		}
 		return out, restorePostgresLockTimeout(ctx, tx)
 	case MariaDB:
-		return d.claimBatchMariaDB(ctx, tx, consumer, ids, now, lockTimeout)
+		return d.claimBatchMariaDB(ctx, tx, consumer, ids, lockTimeout)
 	default: // MySQL
 		out := make([]bool, len(ids))
 		err := withMySQLLockWait(ctx, tx, lockTimeout, func() error {
 			for i, id := range ids {
 				var err error
-				out[i], err = d.insertMySQL(ctx, tx, d.q.claim, []any{consumer, id, d.timeArg(now)})
+				out[i], err = d.insertMySQL(ctx, tx, d.q.claim, []any{consumer, id})
 				if err != nil {
 					return err
 				}
@@ -164,14 +164,14 @@ func claimBatchReturning(ctx context.Context, tx *sql.Tx, query string, ids []st
 // skipped for another reason would pass for a duplicate. So every row
 // returned must be one asked for, and every id not returned must exist
 // exactly as asked; anything else fails the claim.
-func (d *Driver) claimBatchMariaDB(ctx context.Context, tx *sql.Tx, consumer string, ids []string, now time.Time, lockTimeout time.Duration) ([]bool, error) {
+func (d *Driver) claimBatchMariaDB(ctx context.Context, tx *sql.Tx, consumer string, ids []string, lockTimeout time.Duration) ([]bool, error) {
 	prefix := mariaDBLockWait(lockTimeout)
 	var returned []string
 	for start := 0; start < len(ids); start += maxMariaDBBatch {
 		chunk := ids[start:min(start+maxMariaDBBatch, len(ids))]
-		args := make([]any, 0, 3*len(chunk))
+		args := make([]any, 0, 2*len(chunk))
 		for _, id := range chunk {
-			args = append(args, consumer, id, d.timeArg(now))
+			args = append(args, consumer, id)
 		}
 		rows, err := tx.QueryContext(ctx, prefix+d.q.claimBatchMariaDB(len(chunk)), args...)
 		if err != nil {

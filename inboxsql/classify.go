@@ -72,12 +72,50 @@ func classifyPostgres(err error) inboxdriver.ErrorClass {
 		return inboxdriver.ClassConflict
 	case code == "55P03":
 		return inboxdriver.ClassLockTimeout
+	case code == "42501":
+		return inboxdriver.ClassDenied
 	case strings.HasPrefix(code, "08"), // connection exception
 		code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
-		code == "53300": // too many connections
+		code == "53300", // too many connections
+		code == "25006": // read-only transaction: a standby, or a primary demoted in a failover
 		return inboxdriver.ClassUnavailable
 	}
 	return inboxdriver.ClassOther
+}
+
+// TxBroken implements inboxdriver.Driver. An error that the engine or the
+// dialect's codes call unavailable (a server shutting down, a connection
+// killed, a read-only server, a file that cannot be written) is the
+// store's. An io.EOF or a net.Error may be the handler's own, from its
+// payload or another service: then a SELECT 1 on tx tells whether tx's
+// connection still answers.
+func (d *Driver) TxBroken(ctx context.Context, tx *sql.Tx, err error) bool {
+	if d.typedUnavailable(err) {
+		return true
+	}
+	if !unavailable(err) {
+		return false
+	}
+	pctx, cancel := ctxWithoutCancel(ctx)
+	defer cancel()
+	_, perr := tx.ExecContext(pctx, `SELECT 1`)
+	return perr != nil && (d.typedUnavailable(perr) || unavailable(perr))
+}
+
+// typedUnavailable reports the errors that the driver or the server gives
+// only when the store cannot serve: never a handler's own.
+func (d *Driver) typedUnavailable(err error) bool {
+	if d.engine.Classify(err) == inboxdriver.ClassUnavailable ||
+		errors.Is(err, driver.ErrBadConn) || errors.Is(err, sql.ErrConnDone) {
+		return true
+	}
+	switch d.dialect {
+	case SQLite:
+		return classifySQLite(err) == inboxdriver.ClassUnavailable
+	case Postgres:
+		return classifyPostgres(err) == inboxdriver.ClassUnavailable
+	}
+	return false
 }
 
 // unavailable reports the errors of a connection that broke or could not

@@ -156,10 +156,9 @@
 // outside a handler while another goroutine's message is in flight. There
 // Effect works only while no message transaction is open, such as before
 // the transaction that the caller runs with ProcessTx. ErrLedgerLocked is
-// retryable: a
-// transport adapter retries the message and, once its attempts are used
-// up, dead-letters it, to be replayed once the ledger has a file of its
-// own. The Driver cannot see a transaction that the caller began for
+// retryable, and a failure of the inbox's own work (the ledger), so never
+// the message's: a transport adapter pauses and retries it, and logs the
+// outage, until the ledger has a file of its own. The Driver cannot see a transaction that the caller began for
 // ProcessTx: Effect inside one waits for the busy timeout and fails with a
 // conflict whose message says why, or, with a pool of one connection,
 // fails with ErrLedgerLocked when no connection has freed up within
@@ -173,7 +172,10 @@
 // [Driver.Classify] maps the engine's errors for the client:
 // serialization failures, deadlocks and SQLITE_BUSY are conflicts, retried
 // from the claim; lock-wait timeouts are inbox.ErrLockTimeout; a broken
-// connection, a server shutting down or refusing connections, and an
-// unreadable SQLite file are inbox.ErrUnavailable, never a reason to
-// dead-letter.
+// connection, a server shutting down, read-only, or refusing connections
+// (whatever the reason it gives: MySQL 1044, 1045, 1049; a Postgres
+// SQLSTATE in a connect error), and an unreadable SQLite file are
+// inbox.ErrUnavailable, never a reason to dead-letter; a missing privilege
+// is inbox.ErrPermissionDenied. [Driver.TxBroken] tells a handler's own
+// io.EOF or net.Error, which is the message's, from a lost connection.
 package inboxsql

@@ -187,7 +187,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*s
 	var claimed bool
 	tx, err := d.begin(ctx, p.LockTimeout, func(tx *sql.Tx, bounded bool) error {
 		var err error
-		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.Now, p.LockTimeout, bounded)
+		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, bounded)
 		return err
 	})
 	if err != nil {
@@ -202,7 +202,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 	var claimed []bool
 	tx, err := d.begin(ctx, p.LockTimeout, func(tx *sql.Tx, bounded bool) error {
 		var err error
-		claimed, err = d.claimBatch(ctx, tx, p.Consumer, p.IDs, p.Now, p.LockTimeout, bounded)
+		claimed, err = d.claimBatch(ctx, tx, p.Consumer, p.IDs, p.LockTimeout, bounded)
 		return err
 	})
 	if err != nil {
@@ -215,14 +215,14 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 // Claim implements inboxdriver.Driver, inside the caller's transaction.
 func (d *Driver) Claim(ctx context.Context, tx *sql.Tx, p *inboxdriver.ClaimParams) (bool, error) {
 	if d.dialect != SQLite || p.LockTimeout <= 0 {
-		return d.claim(ctx, tx, p.Consumer, p.ID, p.Now, p.LockTimeout, false)
+		return d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, false)
 	}
 	// The caller's transaction may have begun DEFERRED, in which case the
 	// claim is what waits for the write lock: bound that wait.
 	var claimed bool
 	err := withBusyTimeout(ctx, tx, p.LockTimeout, func() error {
 		var err error
-		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.Now, p.LockTimeout, true)
+		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, true)
 		return err
 	})
 	return claimed, err

@@ -42,6 +42,34 @@ type queries struct {
 	deadLettersMarked, deadLetterUnmark  string
 }
 
+// now renders the database's clock in the type of the processed_at column:
+// timestamptz on Postgres, Unix microseconds on SQLite, a DATETIME(6) in UTC
+// on MySQL. Claims stamp processed_at with it, and the purge cutoff is read
+// from it, never from a consumer host's clock.
+func (q *queries) now() string {
+	switch q.d {
+	case Postgres:
+		return `now()`
+	case SQLite:
+		return `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
+	default:
+		return `UTC_TIMESTAMP(6)`
+	}
+}
+
+// cutoff renders the purge cutoff: the database's clock minus the number
+// of microseconds that placeholder ph binds.
+func (q *queries) cutoff(ph string) string {
+	switch q.d {
+	case Postgres:
+		return `now() - ` + ph + `::bigint * interval '1 microsecond'`
+	case SQLite:
+		return `(` + q.now() + ` - ` + ph + `)`
+	default:
+		return `UTC_TIMESTAMP(6) - INTERVAL ` + ph + ` MICROSECOND`
+	}
+}
+
 // ph renders the n-th placeholder, counting from 1.
 func (q *queries) ph(n int) string {
 	if q.d == Postgres {
@@ -77,31 +105,31 @@ func newQueries(d Dialect, t inboxdriver.Tables) *queries {
 		if t.IDType == inboxdriver.IDTypeText {
 			idArray = "text[]"
 		}
-		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES ($1, $2, $3)
+		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES ($1, $2, now())
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id::text`
 		q.claimBatch = `INSERT INTO ` + inbox + cols + `
-SELECT $1, u.id, $3 FROM unnest($2::` + idArray + `) AS u(id)
+SELECT $1, u.id, now() FROM unnest($2::` + idArray + `) AS u(id)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id::text`
 	case SQLite:
-		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?1, ?2, ?3)
+		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?1, ?2, ` + q.now() + `)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id`
 		// WHERE true: SQLite needs it to parse ON CONFLICT after a SELECT.
 		q.claimBatch = `INSERT INTO ` + inbox + cols + `
-SELECT ?1, j.value, ?3 FROM json_each(?2) AS j WHERE true
+SELECT ?1, j.value, ` + q.now() + ` FROM json_each(?2) AS j WHERE true
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id`
 	case MariaDB:
-		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?, ?, ?) RETURNING consumer_name, message_id`
+		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?, ?, UTC_TIMESTAMP(6)) RETURNING consumer_name, message_id`
 		// claimBatch is rendered per batch size: see claimBatchMariaDB.
 	case MySQL:
-		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?, ?, ?)`
+		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?, ?, UTC_TIMESTAMP(6))`
 	}
 
 	for i, byConsumer := range []bool{false, true} {
-		where := ` WHERE processed_at < ` + q.ph(1)
+		where := ` WHERE processed_at < ` + q.cutoff(q.ph(1))
 		n := 2
 		if byConsumer {
 			where += ` AND consumer_name = ` + q.ph(2)
@@ -201,7 +229,7 @@ func (q *queries) claimBatchMariaDB(n int) string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?)")
+		b.WriteString("(?, ?, UTC_TIMESTAMP(6))")
 	}
 	b.WriteString(` RETURNING consumer_name, message_id`)
 	return b.String()
@@ -294,14 +322,15 @@ type msgKey struct{ consumer, id string }
 
 // deleteKeys renders a DELETE from table of the rows of keys, which are at
 // most maxKeysPerStatement, on SQLite or MySQL; with before, only of the
-// rows processed before it (the inbox). It returns the arguments too.
-func (q *queries) deleteKeys(table string, keys []msgKey, before any) (string, []any) {
+// rows processed longer ago than the microseconds it binds (the inbox). It
+// returns the arguments too.
+func (q *queries) deleteKeys(table string, keys []msgKey, olderThan any) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, 2*len(keys)+1)
 	b.WriteString(`DELETE FROM ` + table + ` WHERE `)
-	if before != nil {
-		b.WriteString(`processed_at < ? AND `)
-		args = append(args, before)
+	if olderThan != nil {
+		b.WriteString(`processed_at < ` + q.cutoff("?") + ` AND `)
+		args = append(args, olderThan)
 	}
 	if q.d == SQLite {
 		b.WriteString(`(consumer_name, message_id) IN (VALUES `)

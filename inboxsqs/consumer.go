@@ -51,6 +51,12 @@ type Consumer[TTx any] struct {
 
 	running atomic.Bool
 
+	// breaker judges failures and keeps the consumer's outage and streak.
+	breaker *inbox.Breaker
+	// excused counts, per SQS MessageId, the receives of a message that
+	// were not attempts, which its ApproximateReceiveCount includes.
+	excused *receiveCounts
+
 	// pauseMu guards the pause after the store was found unavailable.
 	pauseMu     sync.Mutex
 	pauseUntil  time.Time
@@ -92,8 +98,14 @@ func newConsumer[TTx any](api sqsAPI, client *inbox.Client[TTx], handler inbox.H
 		fifo:    isFIFO(cfg.QueueURL),
 		logger:  logger,
 		leases:  newLeases(),
+		breaker: client.NewBreaker(cfg.Consumer, logger),
+		excused: newReceiveCounts(maxExcused),
 	}, nil
 }
+
+// Breaker returns the consumer's Breaker, whose State shows a store
+// outage or an open streak breaker.
+func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
 
 // Config returns the consumer's configuration with defaults applied.
 func (c *Consumer[TTx]) Config() Config { return c.config }
@@ -275,10 +287,13 @@ func (c *Consumer[TTx]) pauseFor(unavailable bool) {
 	c.pauseUntil = time.Now().Add(c.pauseLength)
 }
 
+// waitPause waits out a pause after the store was unavailable, and the
+// streak breaker's pause.
 func (c *Consumer[TTx]) waitPause(ctx context.Context) {
 	c.pauseMu.Lock()
 	d := time.Until(c.pauseUntil)
 	c.pauseMu.Unlock()
+	d = max(d, c.breaker.Paused())
 	if d > 0 {
 		sleep(ctx, d)
 	}

@@ -1,6 +1,7 @@
 package inboxsqs
 
 import (
+	"context"
 	"errors"
 	"time"
 
@@ -43,34 +44,27 @@ func (a action) String() string {
 	return "action(?)"
 }
 
-// decide says what to do with a delivery whose processing returned err, on
-// its receives-th receive. cancelled tells that the processing context was
-// cancelled (shutdown), which says nothing about the message. It returns
-// the dead-letter reason with actDeadLetter.
-func decide(err error, receives, maxReceives int, cancelled bool) (action, string) {
+// decide says what to do with a delivery whose processing returned err,
+// after attempt attempts of its own (its receive count, less the receives
+// that were not attempts). cancelled tells that the processing context was
+// cancelled (shutdown), which says nothing about the message. The rule of
+// whose fault a failure is, and of when a message has used up its
+// attempts, is the Breaker's, which every transport adapter shares; with
+// actDeadLetter, the Decision carries the reason.
+func decide(ctx context.Context, b *inbox.Breaker, msg inbox.Message, err error, attempt, maxReceives int, cancelled bool) (action, inbox.Decision) {
 	switch {
 	case err == nil:
-		return actDelete, ""
+		return actDelete, inbox.Decision{}
 	case errors.Is(err, inbox.ErrNotAttempted):
-		return actRequeue, ""
+		return actRequeue, inbox.Decision{}
 	case cancelled:
-		return actRelease, ""
-	case inbox.IsPermanent(err):
-		return actDeadLetter, inbox.DeadLetterReason(err)
-	case notPoison(err):
-		return actRetry, ""
-	case receives >= maxReceives:
-		return actDeadLetter, inbox.ReasonMaxAttempts
-	default:
-		return actRetry, ""
+		return actRelease, inbox.Decision{}
 	}
-}
-
-// notPoison reports whether err is a failure that says nothing about the
-// message itself, so that it never counts towards dead-lettering: the store
-// is unreachable, or a concurrent delivery of the same event held the claim.
-func notPoison(err error) bool {
-	return errors.Is(err, inbox.ErrUnavailable) || errors.Is(err, inbox.ErrLockTimeout)
+	d := b.Decide(ctx, msg, err, attempt, maxReceives)
+	if d.Action == inbox.ActionDeadLetter {
+		return actDeadLetter, d
+	}
+	return actRetry, d
 }
 
 // retryDelay is the visibility timeout of a message that failed on its

@@ -48,9 +48,10 @@ func TestDecide(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got, reason := decide(tt.err, tt.receives, maxReceives, tt.cancelled)
+			b := inbox.NewBreaker("billing", nil)
+			got, d := decide(context.Background(), b, inbox.Message{ID: "e-1"}, tt.err, tt.receives, maxReceives, tt.cancelled)
 			require.Equal(t, tt.want, got, "action %v", got)
-			require.Equal(t, tt.reason, reason)
+			require.Equal(t, tt.reason, d.Reason)
 		})
 	}
 }

@@ -56,16 +56,24 @@
 //     inbox.ReasonMalformedID), at once;
 //   - its handler returned an inbox.Permanent error (inbox.ReasonPermanent),
 //     at once;
-//   - its handler failed with a retryable error on a receive whose
-//     ApproximateReceiveCount reached Config.MaxReceives
+//   - its handler failed with a retryable error of its own on a receive
+//     whose ApproximateReceiveCount, less the receives of this consumer
+//     that were not attempts, reached Config.MaxReceives
 //     (inbox.ReasonMaxAttempts).
 //
 // With Config.DeadLetterQueueURL a copy is also sent to that queue, after
 // the store has it and before the original is deleted: a copy alone would
-// leave the original looping. A failure that says nothing about the
-// message never dead-letters it: inbox.ErrUnavailable (the store is
-// unreachable; receiving also pauses), inbox.ErrLockTimeout (another
-// delivery of the event held its claim), and cancellation at shutdown.
+// leave the original looping. Whose fault a failure is decides, through
+// the consumer's inbox.Breaker, which every transport adapter shares (see
+// inbox.Judge). A failure that says nothing about the message never
+// dead-letters it and is not an attempt: a failure of the inbox's own work
+// (begin, claim, commit, the dead-letter write, a ledger) whatever its
+// code, a broken connection under the handler, a failure the handler
+// marked inbox.Unavailable (for these receiving also pauses, and the outage
+// is logged once), inbox.ErrLockTimeout (another delivery of the event held
+// its claim), cancellation at shutdown, and any failure while the streak
+// breaker is open (inbox.Config.StreakLimit distinct messages in a row
+// failed alike: receiving pauses, then probes).
 //
 // A message whose handler takes the process down without returning an
 // error (an out-of-memory kill, os.Exit in a dependency) never reaches the

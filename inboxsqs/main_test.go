@@ -95,7 +95,7 @@ var (
 func startGoaws() (string, *recorder) {
 	goawsOnce.Do(func() {
 		logrus.SetLevel(logrus.ErrorLevel)
-		goawsRec = newRecorder(router.New())
+		goawsRec = newRecorder(&receiveCounter{next: router.New(), counts: map[string]int{}})
 		srv := httptest.NewServer(goawsRec)
 		u, err := url.Parse(srv.URL)
 		if err != nil {
@@ -125,15 +125,20 @@ type recorder struct {
 
 	mu         sync.Mutex
 	handles    map[string]string  // receipt handle → MessageId
+	bodies     map[string]string  // receipt handle → body
 	deliveries map[string]int     // MessageId → times handed out
 	visibility map[string][]int32 // MessageId → visibility timeouts set
 	deleted    map[string]int     // MessageId → deletes that succeeded
+	// beforeDelete, if set, is called with the bodies of the messages of
+	// each DeleteMessageBatch, before goaws deletes them.
+	beforeDelete func(bodies []string)
 }
 
 func newRecorder(next http.Handler) *recorder {
 	return &recorder{
 		next:       next,
 		handles:    map[string]string{},
+		bodies:     map[string]string{},
 		deliveries: map[string]int{},
 		visibility: map[string][]int32{},
 		deleted:    map[string]int{},
@@ -162,6 +167,9 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	action := strings.TrimPrefix(req.Header.Get("X-Amz-Target"), "AmazonSQS.")
 	reqBody, _ := io.ReadAll(req.Body)
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
+	if action == "DeleteMessageBatch" {
+		r.guardDelete(reqBody)
+	}
 	cw := &captureWriter{ResponseWriter: w, status: http.StatusOK}
 	r.next.ServeHTTP(cw, req)
 	if cw.status != http.StatusOK {
@@ -172,11 +180,12 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch action {
 	case "ReceiveMessage":
 		var out struct {
-			Messages []struct{ MessageId, ReceiptHandle string }
+			Messages []struct{ MessageId, ReceiptHandle, Body string }
 		}
 		_ = json.Unmarshal(cw.body.Bytes(), &out)
 		for _, m := range out.Messages {
 			r.handles[m.ReceiptHandle] = m.MessageId
+			r.bodies[m.ReceiptHandle] = m.Body
 			r.deliveries[m.MessageId]++
 		}
 	case "ChangeMessageVisibility":
@@ -204,6 +213,101 @@ func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 		}
 	}
+}
+
+// guardDelete calls beforeDelete with the bodies of a DeleteMessageBatch.
+func (r *recorder) guardDelete(reqBody []byte) {
+	var in struct {
+		Entries []struct{ ReceiptHandle string }
+	}
+	_ = json.Unmarshal(reqBody, &in)
+	r.mu.Lock()
+	guard := r.beforeDelete
+	bodies := make([]string, 0, len(in.Entries))
+	for _, e := range in.Entries {
+		bodies = append(bodies, r.bodies[e.ReceiptHandle])
+	}
+	r.mu.Unlock()
+	if guard != nil {
+		guard(bodies)
+	}
+}
+
+// guardDeletes makes fn check every DeleteMessageBatch, until t ends.
+func (r *recorder) guardDeletes(t *testing.T, fn func(bodies []string)) {
+	r.mu.Lock()
+	r.beforeDelete = fn
+	r.mu.Unlock()
+	t.Cleanup(func() {
+		r.mu.Lock()
+		r.beforeDelete = nil
+		r.mu.Unlock()
+	})
+}
+
+// receiveCounter gives the messages of the outage matrix's queues (named
+// outage-…) the ApproximateReceiveCount that goaws does not keep (it says
+// 1): how many times the queue has handed each one out. The matrix checks
+// that a poison message is dead-lettered after exactly MaxReceives
+// attempts, whatever receives an outage cost it.
+type receiveCounter struct {
+	next   http.Handler
+	mu     sync.Mutex
+	counts map[string]int // MessageId → receives
+}
+
+func (rc *receiveCounter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" {
+		rc.next.ServeHTTP(w, req)
+		return
+	}
+	reqBody, _ := io.ReadAll(req.Body)
+	req.Body = io.NopCloser(bytes.NewReader(reqBody))
+	var in struct{ QueueUrl string }
+	_ = json.Unmarshal(reqBody, &in)
+	if !strings.Contains(in.QueueUrl, "/outage-") {
+		rc.next.ServeHTTP(w, req)
+		return
+	}
+	rec := httptest.NewRecorder()
+	rc.next.ServeHTTP(rec, req)
+	body := rec.Body.Bytes()
+	if rec.Code == http.StatusOK {
+		body = rc.count(body)
+	}
+	for k, v := range rec.Header() {
+		if k != "Content-Length" {
+			w.Header()[k] = v
+		}
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body)
+}
+
+// count sets each received message's ApproximateReceiveCount.
+func (rc *receiveCounter) count(body []byte) []byte {
+	var top map[string]json.RawMessage
+	var msgs []map[string]json.RawMessage
+	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["Messages"], &msgs) != nil {
+		return body
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, m := range msgs {
+		var id string
+		attrs := map[string]string{}
+		_ = json.Unmarshal(m["MessageId"], &id)
+		_ = json.Unmarshal(m["Attributes"], &attrs)
+		rc.counts[id]++
+		attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)] = strconv.Itoa(rc.counts[id])
+		m["Attributes"], _ = json.Marshal(attrs)
+	}
+	top["Messages"], _ = json.Marshal(msgs)
+	out, err := json.Marshal(top)
+	if err != nil {
+		return body
+	}
+	return out
 }
 
 func (r *recorder) delivered(messageID string) int {

@@ -2,7 +2,6 @@ package inboxsqs
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -36,9 +35,6 @@ func (c *Consumer[TTx]) processRun(ctx context.Context, run []*delivery, ordered
 	for i, d := range run {
 		id, err := c.client.Key(c.config.Key, d.msg)
 		if err != nil {
-			if !inbox.IsPermanent(err) {
-				err = fmt.Errorf("%w: %w", inbox.ErrMalformedID, err)
-			}
 			errs[i] = fmt.Errorf("inboxsqs: key of message %s: %w", d.msg.Source.BrokerID, err)
 			continue
 		}
@@ -68,27 +64,42 @@ func (c *Consumer[TTx]) processRun(ctx context.Context, run []*delivery, ordered
 	var del, retry, release []*delivery
 	unavailable, committed := false, false
 	for i, d := range run {
-		act, reason := decide(errs[i], d.receives, c.config.MaxReceives, cancelled)
+		// This receive is an attempt, whatever the counts say.
+		attempt := max(d.receives-c.excused.get(d.msg.Source.BrokerID), 1)
+		act, dec := decide(ctx, c.breaker, d.msg, errs[i], attempt, c.config.MaxReceives, cancelled)
 		switch act {
 		case actDelete:
 			committed = true
+			c.breaker.Succeeded(ctx)
 			del = append(del, d)
 		case actDeadLetter:
-			if err := c.deadLetter(ctx, d, reason, errs[i]); err != nil {
-				c.logger.ErrorContext(ctx, "inboxsqs: could not dead-letter a message; it will be retried",
-					"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "reason", reason, "err", err)
-				unavailable = unavailable || errors.Is(err, inbox.ErrUnavailable)
+			if err := c.deadLetter(ctx, d, dec.Reason, errs[i], attempt); err != nil {
+				// The store's failure, logged once per outage by the
+				// breaker.
+				dd := c.breaker.Decide(ctx, d.msg, err, 0, 0)
+				c.logger.DebugContext(ctx, "inboxsqs: could not dead-letter a message; it will be retried",
+					"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "reason", dec.Reason, "err", err)
+				unavailable = unavailable || dd.Fault == inbox.FaultStore || dd.Fault == inbox.FaultSystemic
+				c.excused.add(d.msg.Source.BrokerID)
 				retry = append(retry, d)
 				continue
 			}
 			del = append(del, d)
 		case actRetry:
-			unavailable = unavailable || errors.Is(errs[i], inbox.ErrUnavailable)
-			c.logger.WarnContext(ctx, "inboxsqs: message failed; it will be retried",
-				"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "id", d.msg.ID,
-				"receives", d.receives, "err", errs[i])
+			if dec.Action == inbox.ActionRetry {
+				c.logger.WarnContext(ctx, "inboxsqs: message failed; it will be retried",
+					"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "id", d.msg.ID,
+					"attempt", attempt, "err", errs[i])
+			} else {
+				// Not an attempt: the store's fault (logged once per
+				// outage by the breaker), a dependency's, a concurrent
+				// delivery's, or the streak breaker is open.
+				c.excused.add(d.msg.Source.BrokerID)
+				unavailable = unavailable || dec.Fault == inbox.FaultStore || dec.Fault == inbox.FaultSystemic
+			}
 			retry = append(retry, d)
 		case actRelease:
+			c.excused.add(d.msg.Source.BrokerID)
 			release = append(release, d)
 		case actRequeue:
 			res.requeue = append(res.requeue, d)
@@ -98,6 +109,9 @@ func (c *Consumer[TTx]) processRun(ctx context.Context, run []*delivery, ordered
 
 	if len(del) > 0 {
 		fault.Inject(ctx, fault.AfterCommitBeforeAck)
+		for _, d := range del {
+			c.excused.forget(d.msg.Source.BrokerID)
+		}
 		c.delete(ctx, del)
 	}
 	if len(retry) > 0 {
@@ -117,7 +131,7 @@ func (c *Consumer[TTx]) processRun(ctx context.Context, run []*delivery, ordered
 // deadLetter stores d in the dead-letter store and, when one is configured,
 // sends a copy to the dead-letter queue. The caller deletes d only when it
 // returns nil.
-func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason string, cause error) error {
+func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason string, cause error, attempts int) error {
 	sctx, cancel := settleContext(ctx)
 	defer cancel()
 	err := c.client.DeadLetter(sctx, inbox.DeadLetterParams{
@@ -125,7 +139,7 @@ func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason stri
 		Message:  d.msg,
 		Reason:   reason,
 		Err:      cause,
-		Attempts: d.receives,
+		Attempts: attempts,
 	})
 	if err != nil {
 		return err

@@ -30,6 +30,12 @@ type Store[TTx any] struct {
 	// waiting for a lock. It lets the suite check that a concurrent
 	// duplicate really waited behind the first delivery.
 	WaitingClaims func(ctx context.Context) (int, error)
+	// Age, if set, moves the processed_at of consumer's inbox rows of ids
+	// back by d, as if they had been processed d earlier. The store stamps
+	// processed_at with the database's clock, which no client setting
+	// moves, so the purge cases age rows this way. Defaults to AgeRows
+	// over Driver.
+	Age func(ctx context.Context, consumer string, ids []string, d time.Duration) error
 }
 
 // Exercise runs the conformance suite. newStore is called once for each
@@ -83,6 +89,20 @@ func (x *suite[TTx]) requireEffects(consumer, id string, want int) {
 	}
 	if got != want {
 		x.t.Fatalf("%s/%s applied %d times, want %d", consumer, id, got, want)
+	}
+}
+
+// age ages consumer's rows of ids by d with the store's Age.
+func (x *suite[TTx]) age(consumer string, ids []string, d time.Duration) {
+	x.t.Helper()
+	age := x.s.Age
+	if age == nil {
+		age = func(ctx context.Context, consumer string, ids []string, d time.Duration) error {
+			return AgeRows(ctx, x.s.Driver, consumer, ids, d)
+		}
+	}
+	if err := age(context.Background(), consumer, ids, d); err != nil {
+		x.t.Fatalf("age %s rows by %v: %v", consumer, d, err)
 	}
 }
 
@@ -541,22 +561,16 @@ func cases[TTx any]() []testCase[TTx] {
 		}},
 
 		{"PurgeWindowAndHorizon", func(t *testing.T, x *suite[TTx]) {
-			now := time.Now().UTC().Truncate(time.Second)
-			var clock atomic.Pointer[time.Time]
-			clock.Store(&now)
-			cfg := &inbox.Config{ReplayHorizon: 24 * time.Hour, Now: func() time.Time { return *clock.Load() }}
-			c := x.client(cfg)
+			c := x.client(&inbox.Config{ReplayHorizon: 24 * time.Hour})
 			h, _ := x.effect("billing")
 			ctx := context.Background()
-			old := now.Add(-10 * 24 * time.Hour)
-			clock.Store(&old)
 			var oldIDs, newIDs []string
 			for range 5 {
 				id := NewID()
 				oldIDs = append(oldIDs, id)
 				RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			}
-			clock.Store(&now)
+			x.age("billing", oldIDs, 10*24*time.Hour)
 			for range 3 {
 				id := NewID()
 				newIDs = append(newIDs, id)
@@ -593,18 +607,49 @@ func cases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(ctx, "billing", msg(oldIDs[0]), h))
 		}},
 
+		{"PurgeUsesTheStoresClock", func(t *testing.T, x *suite[TTx]) {
+			// A consumer host whose clock is 20 days slow stamps nothing
+			// with it: a 14-day purge finds its rows new, and a redelivery
+			// is still a duplicate.
+			slow := time.Now().Add(-20 * 24 * time.Hour)
+			c := x.client(&inbox.Config{Now: func() time.Time { return slow }})
+			h, _ := x.effect("billing")
+			ctx := context.Background()
+			id := NewID()
+			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
+			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "rows purged", n, int64(0))
+			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
+			// A host 20 days fast places no cutoff either.
+			fast := time.Now().Add(20 * 24 * time.Hour)
+			c = x.client(&inbox.Config{Now: func() time.Time { return fast }})
+			n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon, DryRun: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "rows a fast host would purge", n, int64(0))
+			x.age("billing", []string{id}, 15*24*time.Hour)
+			n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "rows purged once 15 days old by the store's clock", n, int64(1))
+			requireEqual(t, "rows left", x.rows(c, "billing"), int64(1))
+		}},
+
 		{"PurgeByConsumer", func(t *testing.T, x *suite[TTx]) {
-			now := time.Now().UTC()
-			old := now.Add(-48 * time.Hour)
-			var clock atomic.Pointer[time.Time]
-			clock.Store(&old)
-			c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Now: func() time.Time { return *clock.Load() }})
+			c := x.client(&inbox.Config{ReplayHorizon: time.Hour})
 			ctx := context.Background()
 			for _, consumer := range []string{"billing", "inventory"} {
 				h, _ := x.effect(consumer)
-				RequireApplied(t)(c.Process(ctx, consumer, msg(NewID()), h))
+				id := NewID()
+				RequireApplied(t)(c.Process(ctx, consumer, msg(id), h))
+				x.age(consumer, []string{id}, 48*time.Hour)
 			}
-			clock.Store(&now)
 			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, Consumer: "inventory"})
 			if err != nil {
 				t.Fatal(err)
@@ -615,17 +660,14 @@ func cases[TTx any]() []testCase[TTx] {
 		}},
 
 		{"Cleaner", func(t *testing.T, x *suite[TTx]) {
-			now := time.Now().UTC()
-			old := now.Add(-48 * time.Hour)
-			var clock atomic.Pointer[time.Time]
-			clock.Store(&old)
 			c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Retention: 24 * time.Hour,
-				CleanerInterval: 10 * time.Millisecond, Now: func() time.Time { return *clock.Load() }})
+				CleanerInterval: 10 * time.Millisecond})
 			h, _ := x.effect("billing")
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
-			clock.Store(&now)
+			old := NewID()
+			RequireApplied(t)(c.Process(ctx, "billing", msg(old), h))
+			x.age("billing", []string{old}, 48*time.Hour)
 			RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
 
 			// While another process holds the cleaner's lock, this one

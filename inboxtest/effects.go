@@ -416,24 +416,20 @@ func effectCases[TTx any]() []testCase[TTx] {
 		}},
 
 		{"EffectPurge", func(t *testing.T, x *suite[TTx]) {
-			now := time.Now().UTC().Truncate(time.Second)
-			var clock atomic.Pointer[time.Time]
-			clock.Store(&now)
-			c := x.client(&inbox.Config{ReplayHorizon: 24 * time.Hour, Now: func() time.Time { return *clock.Load() }})
+			c := x.client(&inbox.Config{ReplayHorizon: 24 * time.Hour})
 			r := &remote{}
 			ctx := context.Background()
 			h, _ := x.effectHandler(c, r, "capture", nil, "billing")
-			old := now.Add(-10 * 24 * time.Hour)
-			clock.Store(&old)
+			old := time.Now().Add(-10 * 24 * time.Hour)
 			oldIDs := []string{NewID(), NewID(), NewID()}
 			for _, id := range oldIDs {
 				RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			}
+			x.age("billing", oldIDs, 10*24*time.Hour)
 			// A message whose handler never committed keeps its entry: it
 			// guards a replay of its dead letter.
 			orphan := NewID()
 			x.startStep("billing", orphan, "capture", old)
-			clock.Store(&now)
 			newID := NewID()
 			RequireApplied(t)(c.Process(ctx, "billing", msg(newID), h))
 

@@ -2,6 +2,7 @@ package inboxtest
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/txinbox/inbox"
@@ -71,10 +72,33 @@ func takeoverCases[TTx any]() []testCase[TTx] {
 			start("billing", "kafka:orders/9", 7)
 			tk, err = c.RecordTakeover(ctx, "billing", "kafka:orders/9", 7)
 			want(tk, err, 2, true)
+			// A failure of the ledger is the store's (StageLedger), never
+			// a message's: adapters pause for it and count no attempt.
+			cancelled, cancel := context.WithCancel(ctx)
+			cancel()
+			_, err = c.RecordTakeover(cancelled, "billing", src, 20)
+			requireStoreFault(t, "RecordTakeover", err)
+			requireStoreFault(t, "StartTakeover", c.StartTakeover(cancelled, "billing", src, 20))
+			requireStoreFault(t, "TakeoverDone", c.TakeoverDone(cancelled, "billing", src, 20))
 			// Bad consumer names are refused before any SQL.
 			if _, err := c.RecordTakeover(ctx, "", src, 1); err == nil {
 				t.Fatal("RecordTakeover with an empty consumer: no error")
 			}
 		}},
+	}
+}
+
+// requireStoreFault checks that err is a failure of the inbox's own work,
+// which inbox.Judge classes as the store's.
+func requireStoreFault(t *testing.T, what string, err error) {
+	t.Helper()
+	var se *inbox.StageError
+	switch {
+	case err == nil:
+		t.Fatalf("%s on a cancelled context: no error", what)
+	case !errors.As(err, &se) || se.Stage != inbox.StageLedger:
+		t.Fatalf("%s: %v: not tagged with StageLedger", what, err)
+	case inbox.Judge(err) != inbox.FaultStore:
+		t.Fatalf("%s: %v: judged %v, want %v", what, err, inbox.Judge(err), inbox.FaultStore)
 	}
 }

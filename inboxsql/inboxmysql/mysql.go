@@ -38,6 +38,17 @@ const (
 	errShutdown         = 1053 // ER_SERVER_SHUTDOWN
 	errReadOnly         = 1290 // ER_OPTION_PREVENTS_STATEMENT: --read-only, as during a failover
 	errConnectionKilled = 1927 // ER_CONNECTION_KILLED (MariaDB)
+	errReadOnlyTx       = 1792 // ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION
+	errReadOnlyMode     = 1836 // ER_READ_ONLY_MODE
+
+	// Refusals of a connection, with their reason: unavailability, whatever
+	// the reason, as for any connection that could not be made.
+	errDBAccessDenied = 1044 // ER_DBACCESS_DENIED_ERROR: no privilege on the database
+	errAccessDenied   = 1045 // ER_ACCESS_DENIED_ERROR: user or password refused
+	errBadDB          = 1049 // ER_BAD_DB_ERROR: no such database
+
+	errTableAccessDenied  = 1142 // ER_TABLEACCESS_DENIED_ERROR: no privilege on the table
+	errColumnAccessDenied = 1143 // ER_COLUMNACCESS_DENIED_ERROR
 )
 
 type engine struct{ dialect inboxsql.Dialect }
@@ -51,8 +62,11 @@ func (engine) Classify(err error) inboxdriver.ErrorClass {
 			return inboxdriver.ClassConflict
 		case errLockWaitTimeout:
 			return inboxdriver.ClassLockTimeout
-		case errTooManyConns, errShutdown, errReadOnly, errConnectionKilled:
+		case errTooManyConns, errShutdown, errReadOnly, errConnectionKilled, errReadOnlyTx, errReadOnlyMode,
+			errDBAccessDenied, errAccessDenied, errBadDB:
 			return inboxdriver.ClassUnavailable
+		case errTableAccessDenied, errColumnAccessDenied:
+			return inboxdriver.ClassDenied
 		}
 		return inboxdriver.ClassOther
 	}

@@ -3,15 +3,19 @@ package inboxcli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/chaos"
+	"github.com/txinbox/inbox/internal/dbfault"
 )
 
 func runChaos(ctx context.Context, e *Env, args []string) error {
@@ -27,11 +31,24 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	accounts := fs.Int("accounts", chaos.DefaultAccounts, "accounts the events credit")
 	dups := fs.Float64("duplicates", chaos.DefaultDuplicates, "fraction of events the producer sends twice")
 	seed := fs.Uint64("seed", 0, "seed for the events and the fault schedule (0: random)")
+	dbFaults := fs.String("db-faults", "", "database faults injected in turn, while the consumers log in as a role of their own: a comma list of "+
+		dbFaultKinds()+", all ("+joinKinds(chaos.DefaultDBFaults)+") or none (default all; skipped with a note unless --database-url is a superuser's)")
 	crashPoison := fs.Int("crash-poison", 0, "events that take down any consumer that applies them, to be dead-lettered as crashed_consumer (default 2 on kafka; -1 for none)")
 	pipelined := fs.Bool("pipelined", false, "consumers queue their statements (inboxpgx.PipelineBatchFunc): one round trip per transaction")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	// nil takes chaos.Run's default; a list given, even all, is required.
+	var faults []dbfault.Kind
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "db-faults" {
+			faults, err = parseDBFaults(*dbFaults)
+		}
+	})
+	if err != nil {
 		return err
 	}
 	// The same bounds as chaos.Run's, checked here so that a mistake is a
@@ -69,7 +86,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	res, err := chaos.Run(ctx, chaos.Config{
 		Transport: *transport, Brokers: *brokers, SQSEndpoint: *sqsEndpoint, DatabaseURL: url,
 		Consumers: *consumers, Events: *events, Accounts: *accounts, Duplicates: *dups,
-		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, CrashPoison: *crashPoison, Log: log,
+		Duration: duration.d, Seed: *seed, Pipelined: *pipelined, CrashPoison: *crashPoison, DBFaults: faults, Log: log,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"chaos-consumer"}, args...)...)
 		},
@@ -88,6 +105,38 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 		return fmt.Errorf("failed: %s; replay it with --seed %d", res.Reason, res.Seed)
 	}
 	return nil
+}
+
+// parseDBFaults parses --db-faults: a comma list of kinds, all (the
+// run's default faults, chaos.DefaultDBFaults: not every kind, for the
+// revoke-connect kinds need a database whose CONNECT PUBLIC does not hold),
+// or none. A mistake is a usage error.
+func parseDBFaults(list string) ([]dbfault.Kind, error) {
+	switch strings.TrimSpace(list) {
+	case "all":
+		return slices.Clone(chaos.DefaultDBFaults), nil
+	case "none":
+		return []dbfault.Kind{}, nil
+	}
+	var out []dbfault.Kind
+	for _, s := range strings.Split(list, ",") {
+		k := dbfault.Kind(strings.TrimSpace(s))
+		if !slices.Contains(dbfault.Kinds, k) {
+			return nil, usagef("--db-faults %q: unknown fault %q: want a comma list of %s, all or none", list, k, dbFaultKinds())
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func dbFaultKinds() string { return joinKinds(dbfault.Kinds) }
+
+func joinKinds(kinds []dbfault.Kind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return strings.Join(names, ", ")
 }
 
 func printChaos(w io.Writer, r *chaos.Result) {
@@ -109,6 +158,21 @@ func printChaos(w io.Writer, r *chaos.Result) {
 		fmt.Fprintf(w, "%s %d", p, r.KillsAt[p])
 	}
 	fmt.Fprintf(w, "), restarts %d, db kills %d, broker faults %d\n", r.Restarts, r.DBKills, r.BrokerFaults)
+	if len(r.DBFaults) > 0 {
+		kinds := make([]string, 0, len(r.DBFaults))
+		for k := range r.DBFaults {
+			kinds = append(kinds, k)
+		}
+		sort.Strings(kinds)
+		fmt.Fprint(w, "  database faults: ")
+		for i, k := range kinds {
+			if i > 0 {
+				fmt.Fprint(w, ", ")
+			}
+			fmt.Fprintf(w, "%s %d", k, r.DBFaults[k])
+		}
+		fmt.Fprintf(w, "; healthy events dead-lettered %d\n", r.DeadLetteredHealthy)
+	}
 	fmt.Fprintf(w, "  duplicates delivered %d, skipped %d\n", r.DuplicatesDelivered, r.DuplicatesSkipped)
 	fmt.Fprintf(w, "  double applied %d, lost %d, wrong balances %d, inbox rows %d of %d\n",
 		r.DoubleApplied, r.Lost, r.BalancesWrong, r.InboxRows, r.Events-r.CrashPoisonSent)

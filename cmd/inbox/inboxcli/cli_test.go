@@ -16,10 +16,12 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
+	"github.com/txinbox/inbox/cmd/inbox/internal/chaos"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/internal/dbfault"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -76,12 +78,39 @@ func TestUsageErrors(t *testing.T) {
 		{"chaos", "--duration", "1s"},
 		{"chaos", "--transport", "sqs", "--crash-poison", "2"},
 		{"chaos", "--events", "10", "--crash-poison", "2"},
+		{"chaos", "--db-faults", "drop-table"},
+		{"chaos", "--db-faults", ""},
+		{"chaos", "--db-faults", "read-only,"},
 		{"demo", "--database-url", "sqlite:/tmp/demo.db"},
 	} {
 		code, stdout, stderr := run(t, nil, args...)
 		require.Equal(t, 2, code, "%v: stderr %q", args, stderr)
 		require.Empty(t, stdout, "%v", args)
 		requireOneLine(t, stderr)
+	}
+}
+
+// --db-faults: a comma list of kinds, all for the run's default faults
+// (not every kind: the revoke-connect kinds need a database whose CONNECT
+// PUBLIC does not hold), none for none.
+func TestParseDBFaults(t *testing.T) {
+	t.Parallel()
+	got, err := inboxcli.ParseDBFaults("all")
+	require.NoError(t, err)
+	require.Equal(t, chaos.DefaultDBFaults, got)
+	got[0] = "changed"
+	require.NotEqual(t, dbfault.Kind("changed"), chaos.DefaultDBFaults[0], "all is a copy")
+	got, err = inboxcli.ParseDBFaults("none")
+	require.NoError(t, err)
+	require.NotNil(t, got, "none is an empty list, not the default")
+	require.Empty(t, got)
+	got, err = inboxcli.ParseDBFaults(" read-only , table-lock")
+	require.NoError(t, err)
+	require.Equal(t, []dbfault.Kind{dbfault.ReadOnly, dbfault.TableLock}, got)
+	for _, bad := range []string{"", "drop-table", "read-only,,table-lock", "all,read-only"} {
+		_, err := inboxcli.ParseDBFaults(bad)
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "--db-faults", bad)
 	}
 }
 
@@ -135,18 +164,19 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	t.Cleanup(pool.Close)
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	require.NoError(t, err)
-	old := time.Now().Add(-40 * 24 * time.Hour)
-	oldClient, err := inbox.NewClient(d, &inbox.Config{Now: func() time.Time { return old }})
+	client, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
 	for range 3 {
-		inboxtest.RequireApplied(t)(oldClient.Process(context.Background(), "billing", inbox.Message{ID: inboxtest.NewID()}, noop))
+		inboxtest.RequireApplied(t)(client.Process(context.Background(), "billing", inbox.Message{ID: inboxtest.NewID()}, noop))
+	}
+	inboxtest.RequireApplied(t)(client.Process(context.Background(), "inventory", inbox.Message{ID: inboxtest.NewID()}, noop))
+	// processed_at is the database's clock: age the rows to 40 days.
+	for _, consumer := range []string{"billing", "inventory"} {
+		require.NoError(t, inboxtest.AgeRows(context.Background(), d, consumer, nil, 40*24*time.Hour))
 	}
 	recent := inboxtest.NewID()
-	inboxtest.RequireApplied(t)(oldClient.Process(context.Background(), "inventory", inbox.Message{ID: inboxtest.NewID()}, noop))
-	newClient, err := inbox.NewClient(d, nil)
-	require.NoError(t, err)
-	inboxtest.RequireApplied(t)(newClient.Process(context.Background(), "billing", inbox.Message{ID: recent}, noop))
+	inboxtest.RequireApplied(t)(client.Process(context.Background(), "billing", inbox.Message{ID: recent}, noop))
 
 	code, stdout, stderr = run(t, env, append([]string{"stats"}, db...)...)
 	require.Equal(t, 0, code, stderr)

@@ -16,11 +16,11 @@ import (
 )
 
 func claimParams(id string, lockTimeout time.Duration) *inboxdriver.ClaimParams {
-	return &inboxdriver.ClaimParams{Consumer: "billing", ID: id, Now: time.Now(), LockTimeout: lockTimeout}
+	return &inboxdriver.ClaimParams{Consumer: "billing", ID: id, LockTimeout: lockTimeout}
 }
 
 func batchParams(ids []string, lockTimeout time.Duration) *inboxdriver.ClaimBatchParams {
-	return &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids, Now: time.Now(), LockTimeout: lockTimeout}
+	return &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids, LockTimeout: lockTimeout}
 }
 
 // awaitWaiting polls waiting until it counts a waiting claim.

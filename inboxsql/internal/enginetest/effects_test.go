@@ -181,10 +181,7 @@ func TestEffectsPurgeAndForget(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
 			d, _ := e.newDriver(t)
-			now := time.Now().UTC().Truncate(time.Second)
-			var clock atomic.Pointer[time.Time]
-			clock.Store(&now)
-			c, err := inbox.NewClient(d, &inbox.Config{ReplayHorizon: time.Hour, Now: func() time.Time { return *clock.Load() }})
+			c, err := inbox.NewClient(d, &inbox.Config{ReplayHorizon: time.Hour})
 			require.NoError(t, err)
 			ctx := context.Background()
 			bctx := inbox.WithConsumer(ctx, "billing")
@@ -203,16 +200,14 @@ func TestEffectsPurgeAndForget(t *testing.T) {
 				return len(es)
 			}
 
-			old := now.Add(-48 * time.Hour)
-			clock.Store(&old)
 			oldIDs := []string{inboxtest.NewID(), inboxtest.NewID(), inboxtest.NewID()}
 			for _, id := range oldIDs {
 				apply(id)
 			}
+			require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", oldIDs, 48*time.Hour))
 			orphan := inboxtest.NewID() // a call recorded, its message never applied
 			_, err = c.Effect(bctx, message(orphan), "capture", p.call, nil)
 			require.NoError(t, err)
-			clock.Store(&now)
 			fresh := inboxtest.NewID()
 			apply(fresh)
 
@@ -268,17 +263,18 @@ func TestEffectsPurgeLargeBatch(t *testing.T) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids, Now: old})
+			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids})
 			require.NoError(t, err)
 			require.NotContains(t, claimed, false)
 			require.NoError(t, d.Commit(ctx, tx))
+			require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", ids, 48*time.Hour))
 			for _, id := range ids {
 				_, started, err := d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
 					EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: "capture"}, Now: old})
 				require.NoError(t, err)
 				require.True(t, started)
 			}
-			n, err := d.PurgeBatch(ctx, &inboxdriver.PurgeParams{Before: old.Add(time.Second), Consumer: "billing", Limit: 1000})
+			n, err := d.PurgeBatch(ctx, &inboxdriver.PurgeParams{OlderThan: 47 * time.Hour, Consumer: "billing", Limit: 1000})
 			require.NoError(t, err)
 			require.Equal(t, int64(len(ids)), n)
 			es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1000})

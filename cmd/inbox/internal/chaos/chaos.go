@@ -2,11 +2,14 @@
 // consumer subprocesses that share one consumer group, produces events to
 // them (some twice, on purpose), kills the consumers with SIGKILL at the
 // fault points compiled into the real code path and at random times,
-// restarts them, terminates their database connections, and injects broker
-// errors where the transport allows. When the producer is done and the
-// consumers have drained, it checks that every event was applied exactly
-// once, that no event was lost, that every balance equals its expected sum,
-// and that the inbox holds exactly the distinct events.
+// restarts them, terminates their database connections, injects database
+// faults (a revoked grant, a read-only database) under a role of their
+// own, and injects broker errors where the transport allows. When the
+// producer is done and the consumers have drained, it checks that every
+// event was applied exactly once, that no event was lost, that every
+// balance equals its expected sum, that the inbox holds exactly the
+// distinct events, and that no event was dead-lettered: every one is
+// healthy.
 package chaos
 
 import (
@@ -19,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/txinbox/inbox/internal/dbfault"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -83,6 +87,16 @@ type Config struct {
 	// one round trip, instead of a HandlerFunc that runs its statements on
 	// the transaction. It does not combine with ControlNoSkip.
 	Pipelined bool
+	// DBFaults are the database faults injected during the run, one at a
+	// time and in turn (see package internal/dbfault), while the consumers
+	// log in as a role of their own that the faults act on; it needs a
+	// superuser in DatabaseURL. An empty, non-nil list injects none.
+	// Defaults to DefaultDBFaults.
+	DBFaults []dbfault.Kind
+	// dbFaultsByDefault records that DBFaults took its default: then a
+	// database user that cannot create the consumers' role skips them,
+	// with a note in the log, rather than fail the run.
+	dbFaultsByDefault bool
 	// CrashPoison is how many events take down any consumer that applies
 	// them, half by exiting in the handler, half by a panic on a goroutine
 	// the handler started. The run must end with exactly those events
@@ -112,7 +126,14 @@ type Result struct {
 	DuplicatesSkipped   int    `json:"duplicates_skipped"`
 	DoubleApplied       int    `json:"double_applied"`
 	Lost                int    `json:"lost"`
-	OK                  bool   `json:"ok"`
+	// DBFaults counts the database faults injected, by kind.
+	DBFaults map[string]int `json:"db_faults"`
+	// DeadLetteredHealthy counts the dead letters of events that were not
+	// crash poison: every other event of a run is healthy, so any is a
+	// misjudged failure. The crashed_consumer dead letters of crash-poison
+	// events are intended, and counted in CrashPoisonDeadLettered.
+	DeadLetteredHealthy int  `json:"dead_lettered_healthy"`
+	OK                  bool `json:"ok"`
 	// Seed replays the run's events and fault schedule (Config.Seed).
 	Seed uint64 `json:"seed"`
 	// Reason says why a run is not OK, in one line; empty when it is.
@@ -180,6 +201,10 @@ func (c *Config) withDefaults() Config {
 	if out.Log == nil {
 		out.Log = io.Discard
 	}
+	if out.DBFaults == nil {
+		out.DBFaults = DefaultDBFaults
+		out.dbFaultsByDefault = true
+	}
 	switch {
 	case out.CrashPoison == 0 && out.Transport == "kafka" && !out.ControlNoSkip:
 		out.CrashPoison = DefaultCrashPoison
@@ -209,6 +234,11 @@ func (c *Config) validate() error {
 		return fmt.Errorf("chaos: crash poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", c.CrashPoison)
 	case c.CrashPoison > c.Events/10:
 		return fmt.Errorf("chaos: crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
+	}
+	for _, k := range c.DBFaults {
+		if _, err := dbfault.ParseKinds(string(k)); err != nil {
+			return fmt.Errorf("chaos: %w", err)
+		}
 	}
 	return nil
 }
@@ -274,6 +304,19 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if err := st.setup(ctx, cfg.Accounts); err != nil {
 		return nil, err
 	}
+	pg, _ := st.(*pgStore)
+	if len(cfg.DBFaults) > 0 {
+		if pg == nil {
+			return nil, fmt.Errorf("chaos: database faults need Postgres, not %s", st.kind())
+		}
+		switch err := pg.consumerRole(ctx); {
+		case errors.Is(err, errNotSuperuser) && cfg.dbFaultsByDefault:
+			fmt.Fprintf(cfg.Log, "chaos: no database faults: %v\n", err)
+			cfg.DBFaults = nil
+		case err != nil:
+			return nil, err
+		}
+	}
 	tr, err := newTransport(ctx, &cfg)
 	if err != nil {
 		return nil, err
@@ -282,7 +325,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 
 	events := makeEvents(&cfg, r)
 	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{},
-		CrashPoisonSent: cfg.CrashPoison}
+		DBFaults: map[string]int{}, CrashPoisonSent: cfg.CrashPoison}
 	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
 		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
 
@@ -302,6 +345,13 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
+	// The database faults go on beside the kills, for the same time.
+	dbFaultsDone := make(chan struct{})
+	dbFaultSeed := r.Uint64()
+	go func() {
+		defer close(dbFaultsDone)
+		injectDBFaults(chaosCtx, &cfg, pg, rand.New(rand.NewPCG(dbFaultSeed, dbFaultSeed^0x9e3779b97f4a7c15)), sup.count)
+	}()
 	// Faults go on for the whole duration, including after the last event
 	// is produced: the consumers then drain under fire. Only a failed
 	// producer ends the phase early.
@@ -320,10 +370,11 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if producing {
 		produceErr = <-produced
 	}
+	endChaos()
+	<-dbFaultsDone // every fault restored
 	if produceErr != nil {
 		return nil, fmt.Errorf("chaos: produce: %w", produceErr)
 	}
-	endChaos()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -414,6 +465,9 @@ func (res *Result) failure() string {
 	}
 	if want := res.Events - res.CrashPoisonSent; res.InboxRows != want {
 		parts = append(parts, fmt.Sprintf("the inbox holds %d rows for %d events", res.InboxRows, want))
+	}
+	if res.DeadLetteredHealthy > 0 {
+		parts = append(parts, fmt.Sprintf("%d healthy events dead-lettered", res.DeadLetteredHealthy))
 	}
 	if res.CrashPoisonDeadLettered != res.CrashPoisonSent {
 		parts = append(parts, fmt.Sprintf("%d of %d crash-poison events dead-lettered as crashed_consumer", res.CrashPoisonDeadLettered, res.CrashPoisonSent))

@@ -82,6 +82,12 @@ func requireExactlyOnce(t *testing.T, res *Result) {
 		require.GreaterOrEqual(t, res.PoisonCrashes, res.CrashPoisonSent, "every crash-poison event took a consumer down")
 	}
 	require.GreaterOrEqual(t, res.Kills, 5)
+	require.Zero(t, res.DeadLetteredHealthy, "healthy events dead-lettered")
+	injected := 0
+	for _, n := range res.DBFaults {
+		injected += n
+	}
+	require.Positive(t, injected, "the run must inject database faults: %v", res.DBFaults)
 	require.Positive(t, res.DuplicatesDelivered, "the run must deliver duplicates for the check to mean anything")
 }
 
@@ -105,11 +111,28 @@ func TestTallyCrashPoison(t *testing.T) {
 	dead := map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonMaxAttempts, "h": inbox.ReasonPermanent}
 	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, res)
 	require.Equal(t, 1, res.CrashPoisonDeadLettered, "q was dead-lettered for another reason")
+	require.Equal(t, 1, res.DeadLetteredHealthy, "h only: the crash-poison dead letters are not healthy events")
 	require.Zero(t, res.Lost)
 	require.Zero(t, res.BalancesWrong, "the crash-poison amounts are not expected in the balances")
 	require.Len(t, res.Problems, 1)
 	require.Contains(t, res.Problems[0], "healthy event h")
 	require.Contains(t, res.failure(), "1 of 2 crash-poison events dead-lettered")
+	require.Contains(t, res.failure(), "1 healthy events dead-lettered")
+
+	// Intended dead letters only: the run is OK.
+	ok := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
+	dead = map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonCrashedConsumer}
+	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, ok)
+	require.Equal(t, 2, ok.CrashPoisonDeadLettered)
+	require.Zero(t, ok.DeadLetteredHealthy)
+	require.Empty(t, ok.failure())
+
+	// A dead letter of no event of the run is no intended one either.
+	stray := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
+	dead = map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonCrashedConsumer, "x": inbox.ReasonMalformedID}
+	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, stray)
+	require.Equal(t, 1, stray.DeadLetteredHealthy)
+	require.Contains(t, stray.failure(), "dead letter x")
 }
 
 func TestTally(t *testing.T) {
@@ -231,7 +254,7 @@ func TestResultJSON(t *testing.T) {
 	require.ElementsMatch(t, []string{
 		"transport", "store", "events", "kills", "restarts", "db_kills", "duplicates_delivered",
 		"duplicates_skipped", "double_applied", "lost", "ok", "seed", "reason",
-		"crash_poison_sent", "crash_poison_dead_lettered",
+		"crash_poison_sent", "crash_poison_dead_lettered", "db_faults", "dead_lettered_healthy",
 	}, names)
 	require.Equal(t, false, fields["ok"])
 	require.Equal(t, float64(303), fields["seed"])

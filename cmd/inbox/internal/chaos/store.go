@@ -48,6 +48,9 @@ type pgStore struct {
 	url    string
 	pool   *pgxpool.Pool
 	schema string
+	// With database faults, the consumers log in as role, through
+	// consumerURL, to database (see consumerRole).
+	role, consumerURL, database string
 }
 
 // appName tags the consumers' connections, so that the coordinator
@@ -95,7 +98,11 @@ INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+fmt.Sprint(
 }
 
 func (s *pgStore) consumerArgs() []string {
-	return []string{"--database-url", s.url, "--schema", s.schema}
+	url := s.url
+	if s.consumerURL != "" {
+		url = s.consumerURL
+	}
+	return []string{"--database-url", url, "--schema", s.schema}
 }
 
 func (s *pgStore) applied(ctx context.Context) (int, error) {
@@ -191,6 +198,7 @@ func (s *pgStore) check(ctx context.Context, events []event, res *Result) error 
 
 func (s *pgStore) close() {
 	_, _ = s.pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{s.schema}.Sanitize()+` CASCADE`)
+	s.dropRole(context.Background())
 	s.pool.Close()
 }
 
@@ -199,7 +207,9 @@ func (s *pgStore) close() {
 // and never applied; any other event applied once, and never dead-lettered.
 func tally(events []event, applied map[string]int, balances map[int]int64, dead map[string]string, res *Result) {
 	want := map[int]int64{}
+	sent := make(map[string]bool, len(events))
 	for _, e := range events {
+		sent[e.ID] = true
 		if e.Crash != "" {
 			if dead[e.ID] == inbox.ReasonCrashedConsumer {
 				res.CrashPoisonDeadLettered++
@@ -211,6 +221,9 @@ func tally(events []event, applied map[string]int, balances map[int]int64, dead 
 			continue
 		}
 		if reason, ok := dead[e.ID]; ok {
+			// Every event but crash poison is healthy: a dead letter is a
+			// misjudged failure.
+			res.DeadLetteredHealthy++
 			res.Problems = append(res.Problems, fmt.Sprintf("healthy event %s was dead-lettered (%s)", e.ID, reason))
 		}
 		want[e.Account] += e.Amount
@@ -219,6 +232,12 @@ func tally(events []event, applied map[string]int, balances map[int]int64, dead 
 			res.Lost++
 		case n > 1:
 			res.DoubleApplied += n - 1
+		}
+	}
+	for id, reason := range dead {
+		if !sent[id] {
+			res.DeadLetteredHealthy++
+			res.Problems = append(res.Problems, fmt.Sprintf("dead letter %s (%s) is no event of the run", id, reason))
 		}
 	}
 	for acct, w := range want {

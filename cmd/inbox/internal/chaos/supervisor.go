@@ -262,6 +262,12 @@ func (s *supervisor) chaos(ctx context.Context, r *rand.Rand, st store, tr trans
 	tick := time.NewTicker(killEvery / 3)
 	defer tick.Stop()
 	next := time.Now().Add(jitter(r, killEvery))
+	// Every run faults its broker at least once where the transport can:
+	// drawn at 3 in 20 per event, a 20-second run would go without in
+	// about one run in eight. Past half the duration, the next event is a
+	// broker fault if none has been tried.
+	half := time.Now().Add(s.cfg.Duration / 2)
+	brokerTried := false
 	for {
 		select {
 		case <-ctx.Done():
@@ -275,7 +281,11 @@ func (s *supervisor) chaos(ctx context.Context, r *rand.Rand, st store, tr trans
 			continue
 		}
 		next = time.Now().Add(jitter(r, killEvery))
-		switch n := r.IntN(20); {
+		n := r.IntN(20)
+		if !brokerTried && time.Now().After(half) {
+			n = 19
+		}
+		switch {
 		case n < 13:
 			s.killRandom(r)
 		case n < 17:
@@ -286,6 +296,7 @@ func (s *supervisor) chaos(ctx context.Context, r *rand.Rand, st store, tr trans
 				fmt.Fprintf(s.cfg.Log, "chaos: terminated %d database connections\n", k)
 			}
 		default:
+			brokerTried = true
 			if ok := tr.injectFault(r); ok {
 				s.count(func(res *Result) { res.BrokerFaults++ })
 			}
