@@ -13,7 +13,8 @@ import (
 )
 
 // runBench runs the benchmarks: the inbox against no dedup, a hand-rolled
-// check-then-insert and a Redis SETNX, side by side in one run. With --json
+// check-then-insert and a Redis SETNX, and end to end on Kafka, NATS and
+// RabbitMQ beside a bare ack loop, side by side in one run. With --json
 // stdout gets exactly one JSON object; progress goes to stderr.
 func runBench(ctx context.Context, e *Env, args []string) error {
 	fs := newFlags(e, "bench", "bench [--quick] [--json] [flags]")
@@ -21,11 +22,12 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of Markdown tables")
 	dbURL := fs.String("database-url", "", "the Postgres server; a random schema is created in it and dropped at the end (default $TEST_DATABASE_URL, then "+bench.DefaultDatabaseURL+")")
 	redisAddr := fs.String("redis-addr", bench.DefaultRedisAddr, "the Redis of the redis-setnx row; empty leaves that row out")
+	amqpURL := fs.String("amqp-url", bench.DefaultAMQPURL, "the RabbitMQ of the rabbitmq-… rows; empty leaves them out, as does a server that does not answer (the report says so)")
 	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(bench.RowNames(), ", "))
 	workersFlag := fs.String("workers", "", "comma-separated worker counts (default 1,8)")
 	var warmup, duration, purgeBaseline, idDuration durationFlag
-	fs.Var(&warmup, "warmup", "unmeasured run of each row before the rounds (default 200ms quick, 1s full)")
-	fs.Var(&duration, "duration", "how long each row runs in each round (default 300ms quick, 1s full)")
+	fs.Var(&warmup, "warmup", "unmeasured run of each row before the rounds (default 100ms quick, 1s full)")
+	fs.Var(&duration, "duration", "how long each row runs in each round (default 250ms quick, 1s full)")
 	fs.Var(&purgeBaseline, "purge-baseline", "claims measured without a purge, before and after it (default 2s quick, 5s full)")
 	fs.Var(&idDuration, "id-duration", "how long each id kind runs in each round (default 1s quick, 4s full)")
 	rounds := fs.Int("rounds", 0, "rounds of every row, each in a new order (default 7 quick, 15 full)")
@@ -49,6 +51,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 		cfg.DatabaseURL = bench.DefaultDatabaseURL
 	}
 	cfg.RedisAddr = *redisAddr
+	cfg.AMQPURL = *amqpURL
 	if *rowsFlag != "" {
 		cfg.Rows = splitList(*rowsFlag)
 	}

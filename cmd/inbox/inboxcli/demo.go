@@ -6,19 +6,26 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/demo"
 )
 
 func runDemo(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "demo", "demo [--seed N] [--events N] [--json] [--database-url URL] [--brokers HOST:PORT]")
+	fs := newFlags(e, "demo", "demo [--transport kafka|nats|rabbitmq] [--seed N] [--events N] [--json] [--database-url URL] [--brokers HOST:PORT | --nats-url URL | --amqp-url URL]")
+	transport := fs.String("transport", demo.TransportKafka, "the broker: kafka, nats (JetStream) or rabbitmq")
 	seed := fs.Uint64("seed", demo.DefaultSeed, "the random seed of the events and the crash points: the same seed gives the same run")
 	events := fs.Int("events", demo.DefaultEvents, "distinct events to produce (at least 20)")
 	databaseURL := fs.String("database-url", "", "run on this Postgres (postgres://…) instead of an embedded SQLite file")
 	brokers := fs.String("brokers", "", "run on this Kafka cluster (host:port[,host:port]) instead of an in-process one")
+	natsURL := fs.String("nats-url", "", "with --transport nats: run on this NATS server with JetStream (nats://host:port) instead of an in-process one")
+	amqpURL := fs.String("amqp-url", "", "with --transport rabbitmq: run on this RabbitMQ (amqp://user:password@host:port/vhost) instead of "+demo.DefaultAMQPURL)
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
@@ -29,6 +36,26 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 	}
 	if u := *databaseURL; u != "" && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		return usagef("--database-url %q: want postgres://… (or nothing, for an embedded SQLite file)", u)
+	}
+	if !slices.Contains(demo.Transports, *transport) {
+		return usagef("--transport %q: want kafka, nats or rabbitmq", *transport)
+	}
+	for _, f := range []struct {
+		name, value, transport string
+	}{{"--brokers", *brokers, demo.TransportKafka}, {"--nats-url", *natsURL, demo.TransportNATS}, {"--amqp-url", *amqpURL, demo.TransportRabbitMQ}} {
+		if f.value != "" && *transport != f.transport {
+			return usagef("%s is for --transport %s, not %s", f.name, f.transport, *transport)
+		}
+	}
+	if *natsURL != "" {
+		if u, err := url.Parse(*natsURL); err != nil || u.Host == "" {
+			return usagef("--nats-url %q: want nats://host:port", *natsURL)
+		}
+	}
+	if *amqpURL != "" {
+		if _, err := amqp.ParseURI(*amqpURL); err != nil {
+			return usagef("--amqp-url: %v", err)
+		}
 	}
 	if *brokers != "" {
 		for _, b := range strings.Split(*brokers, ",") {
@@ -46,7 +73,8 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 		log = e.Stderr
 	}
 	res, err := demo.Run(ctx, demo.Config{
-		Seed: *seed, Events: *events, DatabaseURL: *databaseURL, Brokers: *brokers, Log: log,
+		Seed: *seed, Events: *events, DatabaseURL: *databaseURL, Log: log,
+		Transport: *transport, Brokers: *brokers, NATSURL: *natsURL, AMQPURL: *amqpURL,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"demo-consumer"}, args...)...)
 		},
@@ -71,9 +99,26 @@ var why = map[string]string{
 	"inbox":             "event id claimed in the same transaction",
 }
 
+// whyOn says what a strategy got wrong where a broker tells it otherwise
+// than Kafka.
+var whyOn = map[string]map[string]string{
+	demo.TransportNATS: {
+		"offset-key":        "the republished event had a new stream sequence",
+		"ack-before-commit": "acked before the work",
+	},
+	demo.TransportRabbitMQ: {
+		"offset-key":        "delivery tags start again on every channel",
+		"ack-before-commit": "acked before the work",
+	},
+}
+
 func printDemo(w io.Writer, r *demo.Result) {
 	fmt.Fprintf(w, "The handler that ran twice: %d OrderPlaced events on %s, %s store.\n", r.Events, r.Transport, r.Store)
-	fmt.Fprintf(w, "Billing and inventory each crash after the effect, after the commit, and in a rebalance mid-batch\n")
+	if r.Transport == demo.TransportKafka {
+		fmt.Fprintf(w, "Billing and inventory each crash after the effect, after the commit, and in a rebalance mid-batch\n")
+	} else {
+		fmt.Fprintf(w, "Billing and inventory each crash after the effect, after the commit and before the ack, and mid-batch\n")
+	}
 	fmt.Fprintf(w, "(%d crashes in all); one event is republished, and two real events have identical bodies.\n\n", r.Crashes)
 	fmt.Fprintf(w, "%-19s %6s %15s %5s %16s %10s %10s\n", "strategy", "events", "double-applied", "lost", "wrongly-skipped", "balance", "expected")
 	for _, s := range r.Strategies {
@@ -86,7 +131,11 @@ func printDemo(w io.Writer, r *demo.Result) {
 	}
 	fmt.Fprintln(w)
 	for _, s := range r.Strategies {
-		fmt.Fprintf(w, "  %-18s %s\n", s.Name+":", why[s.Name])
+		reason := why[s.Name]
+		if r, ok := whyOn[r.Transport][s.Name]; ok {
+			reason = r
+		}
+		fmt.Fprintf(w, "  %-18s %s\n", s.Name+":", reason)
 	}
 }
 

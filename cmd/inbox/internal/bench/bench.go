@@ -49,6 +49,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	amqp "github.com/rabbitmq/amqp091-go"
 )
 
 // DefaultDatabaseURL is the local test server.
@@ -71,6 +72,10 @@ type Config struct {
 	// RedisAddr is the Redis server of the redis-setnx row. Empty leaves
 	// that row out.
 	RedisAddr string
+	// AMQPURL is the RabbitMQ server of the rabbitmq-… rows. Empty leaves
+	// those rows out; a server that cannot be reached leaves them out too,
+	// and the report says why.
+	AMQPURL string
 	// Rows names the rows to run, all if empty.
 	Rows []string
 	// Workers are the worker counts each row runs at.
@@ -113,10 +118,11 @@ func Quick() Config {
 	return Config{
 		DatabaseURL:   DefaultDatabaseURL,
 		RedisAddr:     DefaultRedisAddr,
+		AMQPURL:       DefaultAMQPURL,
 		Workers:       DefaultWorkers,
 		Accounts:      DefaultAccounts,
-		Warmup:        200 * time.Millisecond,
-		Duration:      300 * time.Millisecond,
+		Warmup:        100 * time.Millisecond,
+		Duration:      250 * time.Millisecond,
 		Rounds:        7,
 		PurgeRows:     250_000,
 		PurgeBaseline: 2 * time.Second,
@@ -172,6 +178,11 @@ func (c *Config) validate() error {
 			return configErrorf("Config.Workers: %d workers need at least as many accounts, got %d", w, c.Accounts)
 		}
 	}
+	if c.AMQPURL != "" {
+		if _, err := amqp.ParseURI(c.AMQPURL); err != nil {
+			return configErrorf("Config.AMQPURL: %v", err)
+		}
+	}
 	for _, name := range c.Rows {
 		if findRow(name) == nil {
 			return configErrorf("Config.Rows: unknown row %q; the rows are %s", name, strings.Join(RowNames(), ", "))
@@ -206,6 +217,11 @@ type bench struct {
 	redis  *redisStore
 	sqlite *sqliteStore
 	kafka  *kafkaStore
+	nats   *natsStore
+	rabbit *rabbitStore
+	// skipped are the rows left out because a resource they need could
+	// not be reached.
+	skipped []Skipped
 	// opened holds the resources opened so far.
 	opened map[*resource]bool
 	// closers close what was opened, in reverse order, at the end.
@@ -230,14 +246,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	for i := range b.maxW {
 		b.workers = append(b.workers, newWorker(cfg.Seed, i))
 	}
-	for _, r := range b.rows {
-		for _, res := range r.needs {
-			if err := b.open(ctx, res); err != nil {
-				return nil, err
-			}
-		}
+	if err := b.openAll(ctx); err != nil {
+		return nil, err
 	}
-	rep = &Report{Machine: b.machine(ctx), Settings: b.settings()}
+	rep = &Report{Machine: b.machine(ctx), Settings: b.settings(), Skipped: b.skipped}
 	if rep.Results, err = b.runRows(ctx, rng); err != nil {
 		return nil, err
 	}
@@ -301,6 +313,47 @@ func (b *bench) connect(ctx context.Context) error {
 	return b.pg.setup(ctx, b)
 }
 
+// openAll opens the resources the rows need. A resource that cannot be
+// reached (an unavailableError) leaves out the rows that need it, and is
+// reported; any other failure fails the run.
+func (b *bench) openAll(ctx context.Context) error {
+	failed := map[*resource]error{}
+	for _, r := range b.rows {
+		for _, res := range r.needs {
+			if _, ok := failed[res]; ok {
+				continue
+			}
+			if err := b.open(ctx, res); err != nil {
+				if !isUnavailable(err) {
+					return err
+				}
+				failed[res] = err
+			}
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	kept := b.rows[:0:0]
+	for _, r := range b.rows {
+		var why error
+		for _, res := range r.needs {
+			if err := failed[res]; err != nil {
+				why = err
+				break
+			}
+		}
+		if why == nil {
+			kept = append(kept, r)
+			continue
+		}
+		b.logf("leaving out row %s: %v", r.name, why)
+		b.skipped = append(b.skipped, Skipped{Row: r.name, Reason: why.Error()})
+	}
+	b.rows = kept
+	return nil
+}
+
 // open opens a resource a row needs, once.
 func (b *bench) open(ctx context.Context, res *resource) error {
 	if b.opened[res] {
@@ -309,6 +362,9 @@ func (b *bench) open(ctx context.Context, res *resource) error {
 	b.logf("open %s", res.name)
 	closeFn, err := res.open(ctx, b)
 	if err != nil {
+		if isUnavailable(err) {
+			return err
+		}
 		return fmt.Errorf("bench: %s: %w", res.name, err)
 	}
 	if closeFn != nil {

@@ -58,6 +58,13 @@ var rows = []*row{
 	{name: "inbox-sqlite", batch: 1, needs: []*resource{sqliteResource}, op: inboxSQLite},
 	{name: "inbox-sqlite-batch-100", batch: 100, needs: []*resource{sqliteResource}, op: inboxSQLiteBatch},
 	{name: "kafka-inbox-batch-100", batch: 100, postgres: true, inbox: true, needs: []*resource{kafkaResource}, op: kafkaInboxBatch},
+	// Each broker's inbox row runs beside a bare ack loop on the same
+	// broker: the same messages taken and acknowledged, with no inbox and
+	// no database.
+	{name: "nats-bare-ack", batch: brokerBatch, needs: []*resource{natsResource}, op: natsBareAck},
+	{name: "nats-inbox-batch-100", batch: brokerBatch, postgres: true, inbox: true, needs: []*resource{natsResource}, op: natsInboxBatch},
+	{name: "rabbitmq-bare-ack", batch: brokerBatch, needs: []*resource{rabbitResource}, op: rabbitBareAck},
+	{name: "rabbitmq-inbox-batch-100", batch: brokerBatch, postgres: true, inbox: true, needs: []*resource{rabbitResource}, op: rabbitInboxBatch},
 	// The batch rows above apply a batch's effects with one statement, a
 	// BatchHandler. This one calls the one-message handler for each
 	// message, one round trip each, for comparison.
@@ -86,14 +93,15 @@ func findRow(name string) *row {
 }
 
 // selectRows returns the rows cfg asks for, in table order. An empty
-// RedisAddr leaves out the rows that need Redis.
+// RedisAddr leaves out the rows that need Redis, and an empty AMQPURL those
+// that need RabbitMQ.
 func selectRows(cfg Config) []*row {
 	var out []*row
 	for _, r := range rows {
 		if len(cfg.Rows) > 0 && !contains(cfg.Rows, r.name) || len(cfg.Rows) == 0 && r.optional {
 			continue
 		}
-		if cfg.RedisAddr == "" && needs(r, redisResource) {
+		if cfg.RedisAddr == "" && needs(r, redisResource) || cfg.AMQPURL == "" && needs(r, rabbitResource) {
 			continue
 		}
 		out = append(out, r)

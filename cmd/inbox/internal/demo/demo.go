@@ -1,7 +1,9 @@
 // Package demo is 'inbox demo': the story of the handler that ran twice,
 // replayed with the common fixes for duplicate deliveries side by side, on
 // an embedded SQLite store and an in-process Kafka (kfake) unless it is
-// given real ones.
+// given real ones. It tells the same story on NATS JetStream (a server
+// embedded in the process, or one at a URL) and on RabbitMQ (the local
+// server, or one at a URL).
 //
 // A producer emits OrderPlaced events, each with a stable event id in a
 // header. Two of them are legitimate and have identical bodies (two
@@ -27,11 +29,22 @@
 //   - ack-before-commit: the event id claimed in the same transaction, but
 //     the batch's offsets are committed before it is processed.
 //   - inbox: the producer's event id claimed in the same transaction, by
-//     the real inboxkafka adapter over the real store, in consumer processes
-//     that are killed with SIGKILL at the fault points.
+//     the real adapter (inboxkafka, inboxnats, inboxrabbit) over the real
+//     store, in consumer processes that are killed with SIGKILL at the
+//     fault points.
+//
+// On NATS and RabbitMQ a crash closes the consumer's connection without
+// acknowledging, and acknowledging is what committing offsets is on Kafka.
+// The offset-key strategy keys on the broker's own number for a delivery:
+// the stream sequence on NATS, the delivery tag on RabbitMQ (which numbers
+// the deliveries of one channel, from 1 on each new one).
 //
 // Runs are deterministic for a seed: the events, the crash points and so
-// every count. Only the inbox is clean.
+// every count, on Kafka and NATS alike (the same seed gives the same
+// counts on both). On RabbitMQ the counts of the strategies are too, but
+// not the inbox consumer's crashes: its mid-batch crash needs a batch of
+// two or more, and inboxrabbit batches what has arrived, often one
+// delivery. Only the inbox is clean.
 package demo
 
 import (
@@ -41,6 +54,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"slices"
 	"time"
 
 	"github.com/txinbox/inbox/internal/uuid"
@@ -63,8 +77,17 @@ type Config struct {
 	// DatabaseURL is the store: postgres://… runs on Postgres, in a schema
 	// of its own. Empty uses an SQLite file in a temporary directory.
 	DatabaseURL string
+	// Transport is the broker: TransportKafka, TransportNATS or
+	// TransportRabbitMQ. Defaults to TransportKafka.
+	Transport string
 	// Brokers names a real Kafka cluster. Empty runs kfake in process.
 	Brokers string
+	// NATSURL names a NATS server with JetStream. Empty runs one in
+	// process.
+	NATSURL string
+	// AMQPURL names a RabbitMQ server. Defaults to DefaultAMQPURL, the
+	// local one.
+	AMQPURL string
 	// Command returns the command that runs one life of an inbox consumer
 	// with args: the CLI runs its own binary with the hidden demo-consumer
 	// command.
@@ -234,6 +257,12 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if cfg.Events < 20 || cfg.Events > 10_000 {
 		return nil, fmt.Errorf("demo: events %d: want 20 to 10,000", cfg.Events)
 	}
+	if cfg.Transport == "" {
+		cfg.Transport = TransportKafka
+	}
+	if !slices.Contains(Transports, cfg.Transport) {
+		return nil, fmt.Errorf("demo: transport %q: want kafka, nats or rabbitmq", cfg.Transport)
+	}
 	if cfg.Command == nil {
 		return nil, errors.New("demo: Config.Command is nil")
 	}
@@ -250,17 +279,17 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	if err := st.setup(ctx); err != nil {
 		return nil, err
 	}
-	k, err := newKafka(ctx, cfg.Brokers)
+	b, err := newBroker(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer k.close()
-	if err := k.produce(ctx, s.records); err != nil {
+	defer b.close()
+	if err := b.produce(ctx, s.records); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(cfg.Log, "demo: %d events (+1 republished) on %s, %s store, seed %d\n", len(s.events), k.kind(), st.kind, cfg.Seed)
+	fmt.Fprintf(cfg.Log, "demo: %d events (+1 republished) on %s, %s store, seed %d\n", len(s.events), b.kind(), st.kind, cfg.Seed)
 
-	res := &Result{Events: len(s.events), Store: st.kind, Transport: "kafka"}
+	res := &Result{Events: len(s.events), Store: st.kind, Transport: cfg.Transport}
 	type outcome struct {
 		crashes int
 		err     error
@@ -274,9 +303,9 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 				var crashes int
 				var err error
 				if name == "inbox" {
-					crashes, err = runInbox(ctx, &cfg, st, k, s, consumer)
+					crashes, err = runInbox(ctx, &cfg, st, b, s, consumer)
 				} else {
-					crashes, err = runNaive(ctx, &cfg, st, k, s, name, consumer)
+					crashes, err = runNaive(ctx, &cfg, st, b, s, name, consumer)
 				}
 				ch <- outcome{crashes, err}
 			}()

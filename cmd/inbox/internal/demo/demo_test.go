@@ -3,6 +3,8 @@ package demo
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -111,4 +113,54 @@ func TestScenario(t *testing.T) {
 		}
 	}
 	require.Equal(t, newScenario(9, 40), newScenario(9, 40))
+}
+
+// On NATS JetStream, embedded in the test, the story is the same as on
+// Kafka: the durables hold at most a batch unacknowledged, so what a crash
+// leaves unacknowledged comes back before anything after it, as a group
+// restarts from its committed offset.
+func TestDemoNATS(t *testing.T) {
+	t.Parallel()
+	res := run(t, Config{Seed: 1, Transport: TransportNATS})
+	require.Equal(t, "nats", res.Transport)
+	require.Equal(t, "sqlite", res.Store)
+	requireSeedsStory(t, res)
+}
+
+// On the machine's RabbitMQ, the inbox is clean and the hand-written
+// consumers fail as they do elsewhere; offset-key keys on the delivery
+// tag, which starts again on every channel, so it skips events it never
+// applied.
+func TestDemoRabbitMQ(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(DefaultAMQPURL)
+	require.NoError(t, err)
+	conn, err := net.DialTimeout("tcp", u.Host, 3*time.Second)
+	if err == nil {
+		conn.Close()
+	}
+	testdb.Require(t, "RabbitMQ at "+u.Host, err)
+
+	res := run(t, Config{Seed: 1, Transport: TransportRabbitMQ})
+	require.Equal(t, "rabbitmq", res.Transport)
+	s := byName(res)
+	require.Len(t, res.Strategies, len(Strategies))
+	require.Equal(t, StrategyResult{Name: "inbox", BalanceOK: true, Cents: s["inbox"].WantCents, WantCents: s["inbox"].WantCents}, s["inbox"])
+	require.Positive(t, s["inbox"].WantCents)
+	require.Positive(t, s["none"].DoubleApplied, "no dedup applies redeliveries again")
+	require.Positive(t, s["offset-key"].WronglySkipped, "delivery tags start again on a new channel")
+	require.Positive(t, s["payload-hash"].WronglySkipped, "two real events have the same body")
+	require.Positive(t, s["separate-store"].DoubleApplied+s["separate-store"].Lost, "the skip is not in the commit")
+	require.Positive(t, s["ack-before-commit"].Lost, "acks before the work lose it")
+	for _, name := range Strategies[:5] {
+		require.False(t, s[name].BalanceOK, "%s should end with a wrong balance", name)
+	}
+	require.Positive(t, res.Crashes)
+}
+
+// An unknown transport is refused before anything starts.
+func TestDemoUnknownTransport(t *testing.T) {
+	t.Parallel()
+	_, err := Run(context.Background(), Config{Transport: "kinesis", Command: func([]string) *exec.Cmd { return nil }})
+	require.ErrorContains(t, err, `transport "kinesis": want kafka, nats or rabbitmq`)
 }

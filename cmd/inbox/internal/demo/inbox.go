@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -36,17 +38,22 @@ var inboxLives = []struct {
 	{-1, ""},
 }
 
-// runInbox runs one consumer of the inbox strategy: the inboxkafka adapter
-// over the real store, in consumer processes.
-func runInbox(ctx context.Context, cfg *Config, st *store, k *kafka, s *scenario, consumer string) (int, error) {
+// runInbox runs one consumer of the inbox strategy: the transport's inbox
+// adapter (inboxkafka, inboxnats, inboxrabbit) over the real store, in
+// consumer processes.
+func runInbox(ctx context.Context, cfg *Config, st *store, b broker, s *scenario, consumer string) (int, error) {
+	where, err := b.inboxArgs(ctx, consumer)
+	if err != nil {
+		return 0, err
+	}
 	crashes := 0
 	for _, life := range inboxLives {
-		args := []string{
+		args := append([]string{
+			"--transport", cfg.Transport,
 			"--database-url", st.url, "--schema", st.schema,
-			"--brokers", strings.Join(k.seeds, ","), "--topic", k.topic,
-			"--group", "demo-inbox-" + consumer, "--consumer", consumer,
+			"--consumer", consumer,
 			"--records", fmt.Sprint(len(s.records)),
-		}
+		}, where...)
 		cmd := cfg.Command(args)
 		if life.faults != "" {
 			cmd.Env = append(cmd.Environ(), "INBOX_FAULTS="+life.faults)
@@ -87,18 +94,27 @@ func runInbox(ctx context.Context, cfg *Config, st *store, k *kafka, s *scenario
 }
 
 // RunConsumer is the main of one life of an inbox consumer, the hidden
-// 'inbox demo-consumer' command. It returns once every record of the topic
-// has been processed and its offset committed, or dies at a fault point.
+// 'inbox demo-consumer' command. It returns once every record has been
+// processed and acknowledged, or dies at a fault point.
 func RunConsumer(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo-consumer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	transport := fs.String("transport", TransportKafka, "")
 	url := fs.String("database-url", "", "")
 	schema := fs.String("schema", "", "")
-	brokers := fs.String("brokers", "", "")
-	topic := fs.String("topic", "", "")
-	group := fs.String("group", "", "")
 	consumer := fs.String("consumer", "", "")
 	records := fs.Int64("records", 0, "")
+	var k kafkaFlags
+	fs.StringVar(&k.brokers, "brokers", "", "")
+	fs.StringVar(&k.topic, "topic", "", "")
+	fs.StringVar(&k.group, "group", "", "")
+	var n natsFlags
+	fs.StringVar(&n.url, "nats-url", "", "")
+	fs.StringVar(&n.stream, "stream", "", "")
+	fs.StringVar(&n.durable, "durable", "", "")
+	var r rabbitFlags
+	fs.StringVar(&r.url, "amqp-url", "", "")
+	fs.StringVar(&r.queue, "queue", "", "")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,20 +130,43 @@ func RunConsumer(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	client, err := inbox.NewClient(d, nil)
+	var w *watch
+	var icfg *inbox.Config
+	if *transport == TransportRabbitMQ {
+		w = &watch{last: strconv.FormatInt(*records-1, 10)}
+		icfg = &inbox.Config{Observer: w}
+	}
+	client, err := inbox.NewClient(d, icfg)
 	if err != nil {
 		return err
 	}
 	handler := inbox.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, msg inbox.Message) error {
-		e, err := decode(&kgo.Record{Value: msg.Payload})
+		e, err := decodeBody(msg.Payload)
 		if err != nil {
 			return inbox.Permanent(err)
 		}
 		e.ID = msg.ID
 		return apply(ctx, dialect, tx, "inbox", *consumer, e)
 	})
-	k := &kafka{seeds: strings.Split(*brokers, ","), topic: *topic}
-	cl, err := kgo.NewClient(append(inboxkafka.ClientOpts(), k.groupOpts(*group)...)...)
+	switch *transport {
+	case TransportKafka:
+		return runKafkaConsumer(ctx, &k, client, handler, *consumer, *records)
+	case TransportNATS:
+		return runNATSConsumer(ctx, &n, client, handler, *consumer)
+	case TransportRabbitMQ:
+		return runRabbitConsumer(ctx, &r, client, handler, *consumer, w)
+	default:
+		return fmt.Errorf("demo-consumer: --transport %q: want kafka, nats or rabbitmq", *transport)
+	}
+}
+
+type kafkaFlags struct{ brokers, topic, group string }
+
+// runKafkaConsumer runs inboxkafka until the last record is done and its
+// offset committed.
+func runKafkaConsumer(ctx context.Context, f *kafkaFlags, client *inbox.Client[*sql.Tx], handler inbox.Handler[*sql.Tx], consumer string, records int64) error {
+	k := &kafka{seeds: strings.Split(f.brokers, ","), topic: f.topic}
+	cl, err := kgo.NewClient(append(inboxkafka.ClientOpts(), k.groupOpts(f.group)...)...)
 	if err != nil {
 		return err
 	}
@@ -136,12 +175,12 @@ func RunConsumer(ctx context.Context, args []string, stderr io.Writer) error {
 	defer stop()
 	var last atomic.Bool
 	c, err := inboxkafka.New(cl, client, handler, &inboxkafka.Config{
-		Consumer: *consumer,
+		Consumer: consumer,
 		Key:      inbox.HeaderKey("event-id"),
 		MaxBatch: batchSize,
 		OnResult: func(r inboxkafka.Result) {
 			// The last record is done: stop, which commits its offset.
-			if r.Record.Offset == *records-1 && r.Err == nil && last.CompareAndSwap(false, true) {
+			if r.Record.Offset == records-1 && r.Err == nil && last.CompareAndSwap(false, true) {
 				stop()
 			}
 		},
@@ -151,3 +190,62 @@ func RunConsumer(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	return c.Run(runCtx)
 }
+
+// watch is the inbox client's Observer in a consumer process: it tells
+// when the last record went through a committed transaction, and how long
+// the consumer has been idle.
+type watch struct {
+	last string // the headerIndex of the last record
+
+	mu       sync.Mutex
+	inFlight int
+	lastEnd  time.Time
+	sawLast  chan struct{} // closed once; replaced by arm
+	closed   bool
+}
+
+type watchKey struct{}
+
+// arm starts watching for a new run of the consumer.
+func (w *watch) arm() <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sawLast, w.closed, w.lastEnd = make(chan struct{}), false, time.Now()
+	return w.sawLast
+}
+
+// idle reports whether no transaction is open and none ended for d.
+func (w *watch) idle(d time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.inFlight == 0 && time.Since(w.lastEnd) >= d
+}
+
+func (w *watch) TxStart(ctx context.Context, _ string, msgs []inbox.Message) context.Context {
+	w.mu.Lock()
+	w.inFlight++
+	w.mu.Unlock()
+	return context.WithValue(ctx, watchKey{}, msgs)
+}
+
+func (w *watch) TxEnd(ctx context.Context, e *inbox.TxEvent) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inFlight--
+	w.lastEnd = time.Now()
+	if e.Err != nil || w.closed || w.sawLast == nil {
+		return
+	}
+	msgs, _ := ctx.Value(watchKey{}).([]inbox.Message)
+	for _, m := range msgs {
+		if m.Headers[headerIndex] == w.last {
+			close(w.sawLast)
+			w.closed = true
+			return
+		}
+	}
+}
+
+func (w *watch) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
+
+var _ inbox.Observer = (*watch)(nil)

@@ -2,7 +2,9 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -28,10 +30,11 @@ type kafka struct {
 	cluster *kfake.Cluster
 	seeds   []string
 	topic   string
+	log     io.Writer
 }
 
-func newKafka(ctx context.Context, brokers string) (*kafka, error) {
-	k := &kafka{topic: "orders-" + testdb.RandomSuffix()}
+func newKafka(ctx context.Context, brokers string, log io.Writer) (*kafka, error) {
+	k := &kafka{topic: "orders-" + testdb.RandomSuffix(), log: log}
 	if brokers == "" {
 		cluster, err := kfake.NewCluster(
 			kfake.NumBrokers(1),
@@ -126,3 +129,69 @@ func (k *kafka) close() {
 		k.cluster.Close()
 	}
 }
+
+// subscribe starts a member of the strategy's group, which commits offsets
+// only when told to.
+func (k *kafka) subscribe(_ context.Context, strategy, consumer string) (subscription, error) {
+	group := fmt.Sprintf("demo-%s-%s", strategy, consumer)
+	cl, err := kgo.NewClient(append(k.groupOpts(group), kgo.DisableAutoCommit())...)
+	if err != nil {
+		return nil, err
+	}
+	return &kafkaSub{cl: cl, log: k.log, name: strategy + "/" + consumer}, nil
+}
+
+func (k *kafka) inboxArgs(_ context.Context, consumer string) ([]string, error) {
+	return []string{
+		"--brokers", strings.Join(k.seeds, ","), "--topic", k.topic,
+		"--group", "demo-inbox-" + consumer,
+	}, nil
+}
+
+// kafkaSub is a member of a consumer group.
+type kafkaSub struct {
+	cl   *kgo.Client
+	log  io.Writer
+	name string
+}
+
+func (s *kafkaSub) poll(ctx context.Context) ([]*record, error) {
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	fs := s.cl.PollFetches(pctx)
+	cancel()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	fs.EachError(func(_ string, _ int32, err error) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			fmt.Fprintf(s.log, "demo: %s: fetch: %v\n", s.name, err)
+		}
+	})
+	var out []*record
+	for _, rec := range fs.Records() {
+		r := &record{
+			index: int(rec.Offset),
+			key:   fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset),
+			body:  rec.Value,
+			raw:   rec,
+		}
+		for _, h := range rec.Headers {
+			if h.Key == "event-id" {
+				r.id = string(h.Value)
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func (s *kafkaSub) ack(ctx context.Context, recs []*record) error {
+	raw := make([]*kgo.Record, len(recs))
+	for i, r := range recs {
+		raw[i] = r.raw.(*kgo.Record)
+	}
+	return s.cl.CommitRecords(ctx, raw...)
+}
+
+// close leaves the group without committing.
+func (s *kafkaSub) close() { s.cl.Close() }

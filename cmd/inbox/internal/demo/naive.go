@@ -1,24 +1,23 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
-	"fmt"
+	"slices"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // naive runs one consumer of one of the strategies that fail,
 // written by hand the way such consumers usually are: poll, process a batch
-// of records one transaction each, commit the batch's offsets.
+// of records one transaction each, acknowledge the batch (commit its
+// offsets, or ack each record).
 type naive struct {
 	cfg      *Config
 	st       *store
-	k        *kafka
+	b        broker
 	s        *scenario
 	strategy string
 	consumer string
@@ -32,12 +31,11 @@ type naive struct {
 // errCrash ends a life of the consumer at a crash window.
 var errCrash = errors.New("crash")
 
-func runNaive(ctx context.Context, cfg *Config, st *store, k *kafka, s *scenario, strategy, consumer string) (int, error) {
-	n := &naive{cfg: cfg, st: st, k: k, s: s, strategy: strategy, consumer: consumer, set: map[string]bool{}}
-	group := fmt.Sprintf("demo-%s-%s", strategy, consumer)
+func runNaive(ctx context.Context, cfg *Config, st *store, b broker, s *scenario, strategy, consumer string) (int, error) {
+	n := &naive{cfg: cfg, st: st, b: b, s: s, strategy: strategy, consumer: consumer, set: map[string]bool{}}
 	crashes := 0
 	for range 10 {
-		err := n.life(ctx, group)
+		err := n.life(ctx)
 		switch {
 		case err == nil:
 			return crashes, nil
@@ -50,53 +48,62 @@ func runNaive(ctx context.Context, cfg *Config, st *store, k *kafka, s *scenario
 	return crashes, errors.New("did not finish in 10 lives")
 }
 
-// life runs one member of the group until it has committed the last record
-// or crashes. A crash closes the client without committing: the next
-// member starts from the last committed offset.
-func (n *naive) life(ctx context.Context, group string) error {
-	cl, err := kgo.NewClient(append(n.k.groupOpts(group), kgo.DisableAutoCommit())...)
+// life runs one consumer until it has acknowledged the last record or
+// crashes. A crash ends the subscription without acknowledging: the next
+// life gets what was not acknowledged again.
+func (n *naive) life(ctx context.Context) error {
+	sub, err := n.b.subscribe(ctx, n.strategy, n.consumer)
 	if err != nil {
 		return err
 	}
-	defer cl.Close()
-	end := int64(len(n.s.records))
-	var buf []*kgo.Record
+	defer sub.close()
+	end := len(n.s.records)
+	var buf []*record
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if time.Now().After(deadline) {
 			return errors.New("no progress for 60s")
 		}
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
+		recs, err := sub.poll(ctx)
+		if err != nil {
 			return err
 		}
-		fs.EachError(func(_ string, _ int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				fmt.Fprintf(n.cfg.Log, "demo: %s/%s: fetch: %v\n", n.strategy, n.consumer, err)
-			}
-		})
-		buf = append(buf, fs.Records()...)
+		buf = merge(buf, recs)
 		// A batch is the next batchSize records, or the rest at the end of
-		// the topic: the same batches on every run.
-		for len(buf) >= batchSize || (len(buf) > 0 && buf[len(buf)-1].Offset == end-1) {
+		// the stream: the same batches on every run.
+		for len(buf) >= batchSize || (len(buf) > 0 && buf[len(buf)-1].index == end-1) {
 			batch := buf[:min(batchSize, len(buf))]
-			if err := n.batch(ctx, cl, batch); err != nil {
+			if err := n.batch(ctx, sub, batch); err != nil {
 				return err
 			}
 			buf = buf[len(batch):]
-			if batch[len(batch)-1].Offset == end-1 {
+			if batch[len(batch)-1].index == end-1 {
 				return nil
 			}
 		}
 	}
 }
 
-func (n *naive) batch(ctx context.Context, cl *kgo.Client, batch []*kgo.Record) error {
+// merge adds recs to buf in produce order. A record delivered again while
+// it waits in buf replaces its earlier delivery. Kafka delivers in order;
+// a broker that redelivers after a timeout may not.
+func merge(buf, recs []*record) []*record {
+	for _, r := range recs {
+		i, found := slices.BinarySearchFunc(buf, r.index, func(x *record, index int) int { return cmp.Compare(x.index, index) })
+		if found {
+			buf[i] = r
+			continue
+		}
+		buf = slices.Insert(buf, i, r)
+	}
+	return buf
+}
+
+func (n *naive) batch(ctx context.Context, sub subscription, batch []*record) error {
 	if n.strategy == "ack-before-commit" {
-		// The bug: the offsets go first, as an auto-commit on poll does.
-		if err := cl.CommitRecords(ctx, batch...); err != nil {
+		// The bug: the acknowledgement goes first, as an auto-commit on
+		// poll, or an auto-ack, does.
+		if err := sub.ack(ctx, batch); err != nil {
 			return err
 		}
 	}
@@ -106,52 +113,32 @@ func (n *naive) batch(ctx context.Context, cl *kgo.Client, batch []*kgo.Record) 
 		}
 	}
 	if n.strategy != "ack-before-commit" {
-		return cl.CommitRecords(ctx, batch...)
+		return sub.ack(ctx, batch)
 	}
 	return nil
 }
 
 // crashAt reports whether window w crashes at rec, the first time only.
-func (n *naive) crashAt(w window, rec *kgo.Record) bool {
-	if n.fired[w] || int64(n.s.crashAt[w]) != rec.Offset {
+func (n *naive) crashAt(w window, rec *record) bool {
+	if n.fired[w] || n.s.crashAt[w] != rec.index {
 		return false
 	}
 	n.fired[w] = true
 	return true
 }
 
-func decode(rec *kgo.Record) (event, error) {
-	var e event
-	for _, h := range rec.Headers {
-		if h.Key == "event-id" {
-			e.ID = string(h.Value)
-		}
-	}
-	var b struct {
-		Account string `json:"account"`
-		Cents   int64  `json:"amount_cents"`
-		SKU     string `json:"sku"`
-		Qty     int64  `json:"qty"`
-	}
-	if err := json.Unmarshal(rec.Value, &b); err != nil {
-		return e, err
-	}
-	e.Account, e.Cents, e.SKU, e.Qty = b.Account, b.Cents, b.SKU, b.Qty
-	return e, nil
-}
-
 // record processes one record in its own transaction.
-func (n *naive) record(ctx context.Context, rec *kgo.Record) error {
-	e, err := decode(rec)
+func (n *naive) record(ctx context.Context, rec *record) error {
+	e, err := rec.decode()
 	if err != nil {
 		return err
 	}
 	var key string
 	switch n.strategy {
 	case "offset-key":
-		key = fmt.Sprintf("%s/%d/%d", rec.Topic, rec.Partition, rec.Offset)
+		key = rec.key
 	case "payload-hash":
-		sum := sha256.Sum256(rec.Value)
+		sum := sha256.Sum256(rec.body)
 		key = hex.EncodeToString(sum[:])
 	case "ack-before-commit":
 		key = e.ID
@@ -193,7 +180,7 @@ func (n *naive) record(ctx context.Context, rec *kgo.Record) error {
 		n.set[e.ID] = true
 	}
 	if n.crashAt(midBatch, rec) {
-		return errCrash // the batch's offsets are not committed
+		return errCrash // the batch is not acknowledged
 	}
 	return nil
 }
