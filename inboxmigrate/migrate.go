@@ -85,6 +85,9 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Info, error) {
 		}
 		return nil
 	})
+	if err == nil && version >= 1 {
+		err = m.premake(ctx)
+	}
 	return done, err
 }
 
