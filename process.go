@@ -180,7 +180,7 @@ func (c *Client[TTx]) check(consumer, id string) (string, error) {
 	if err := ValidateConsumer(consumer); err != nil {
 		return "", err
 	}
-	canon, err := c.config.IDFormat.CanonicalID(id)
+	canon, err := c.canonicalID(id)
 	if err != nil {
 		return "", fmt.Errorf("inbox: consumer %s: %w", consumer, err)
 	}
@@ -206,5 +206,5 @@ func (c *Client[TTx]) Key(key KeyFunc, msg Message) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return c.config.IDFormat.CanonicalID(id)
+	return c.canonicalID(id)
 }
