@@ -145,7 +145,10 @@ func ulidAsUUID(id string) (string, error) {
 			carry = x >> 8
 		}
 	}
-	const hexDigits = "0123456789abcdef"
+	if b == ([16]byte{}) {
+		return "", fmt.Errorf("%w: %q is the nil ULID", ErrMalformedID, clip(id))
+	}
+	const lowerHex = "0123456789abcdef"
 	var s [36]byte
 	n := 0
 	for i, c := range b {
@@ -153,7 +156,7 @@ func ulidAsUUID(id string) (string, error) {
 			s[n] = '-'
 			n++
 		}
-		s[n], s[n+1] = hexDigits[c>>4], hexDigits[c&0xf]
+		s[n], s[n+1] = lowerHex[c>>4], lowerHex[c&0xf]
 		n += 2
 	}
 	return string(s[:]), nil

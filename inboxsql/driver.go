@@ -171,7 +171,7 @@ func New(db *sql.DB, engine Engine, config *Config) (*Driver, error) {
 		effectsDB: cfg.EffectsDB,
 		locks:     map[string]bool{},
 	}
-	if t.Layout == inboxdriver.LayoutPartitioned {
+	if dialect == Postgres {
 		d.partitions = pgpartition.New(partitionDB{d}, t, cfg.Partitions)
 	}
 	return d, nil

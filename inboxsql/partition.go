@@ -28,7 +28,7 @@ func (d *Driver) PartitionConfig() inboxdriver.PartitionConfig {
 
 // Partitions implements inboxdriver.Partitioner, on Postgres.
 func (d *Driver) Partitions(ctx context.Context) (*inboxdriver.PartitionState, error) {
-	if d.partitions == nil {
+	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}
 	return d.partitions.State(ctx)
@@ -36,7 +36,7 @@ func (d *Driver) Partitions(ctx context.Context) (*inboxdriver.PartitionState, e
 
 // MaintainPartitions implements inboxdriver.Partitioner, on Postgres.
 func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxdriver.PartitionReport, error) {
-	if d.partitions == nil {
+	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}
 	return d.partitions.Maintain(ctx, p)
@@ -44,7 +44,8 @@ func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.Maintain
 
 // claimError returns the error of a claim of ids that failed with err:
 // when no partition covers one of the ids, an
-// *inboxdriver.NoPartitionError that says which and why.
+// *inboxdriver.NoPartitionError that says which and why, whatever the
+// layout the store was configured with.
 func (d *Driver) claimError(ctx context.Context, ids []string, err error) error {
 	if err == nil || d.partitions == nil {
 		return err
