@@ -129,20 +129,18 @@ DROP TABLE `+pgx.Identifier{schema, p.Name}.Sanitize())
 	require.True(t, claimed)
 	defer func() { _ = d.Rollback(ctx, tx) }()
 
-	rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Premake: true})
-	require.NoError(t, err)
-	require.Len(t, rep.Created, 2, "made behind the open claim")
-
 	type result struct {
 		rep *inbox.PartitionReport
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true})
+		rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Premake: true, Drop: true})
 		done <- result{rep, err}
 	}()
 	awaitDetachPending(t, d.Pool(), schema)
+	// The partitions ahead were made first, behind the open claim.
+	require.Len(t, partitionsOf(t, d).Partitions, len(st.Partitions), "the two taken away are made again before the drop waits")
 	// The detach waits for the open claim; a new claim does not wait for
 	// the detach. (A plain DROP or DETACH would make it wait, and time out
 	// at the client's LockTimeout.)
@@ -155,6 +153,7 @@ DROP TABLE `+pgx.Identifier{schema, p.Name}.Sanitize())
 	require.NoError(t, d.Commit(ctx, tx))
 	r := <-done
 	require.NoError(t, r.err)
+	require.Len(t, r.rep.Created, 2)
 	oldTime, _ := inboxdriver.IDTime(old.ID)
 	var names []string
 	for _, p := range r.rep.Dropped {

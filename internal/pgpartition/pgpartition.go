@@ -208,6 +208,38 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 	}
 	expired := func(part inboxdriver.Partition) bool { return p.Drop && !part.To.After(cutoff) }
 
+	var live []inboxdriver.Partition
+	for _, part := range st.Partitions {
+		if !part.DetachPending {
+			live = append(live, part)
+		}
+	}
+	// First make the partitions missing ahead, after the newest: never
+	// before the oldest, so that a day dropped stays dropped and its
+	// replays stay refused. They come first because a drop below may wait
+	// long, for the longest transaction on the inbox to end.
+	if p.Premake {
+		end := st.Now.Add(m.cfg.Premake).Truncate(day).Add(day)
+		start := st.Now.Add(-m.cfg.Backfill).Truncate(day)
+		if n := len(live); n > 0 {
+			start = live[n-1].To
+			if !start.Truncate(day).Equal(start) {
+				return rep, fmt.Errorf("inbox: partition %s ends at %s, not at the start of a day: maintenance makes day partitions only", live[n-1].Name, start.Format(time.RFC3339Nano))
+			}
+		}
+		for d, n := start, 0; d.Before(end); d, n = d.Add(day), n+1 {
+			if n == inboxdriver.MaxPartitionsPerRun {
+				return rep, fmt.Errorf("inbox: partition maintenance stopped after making %d partitions, up to %s: run it again", n, d.Format(time.DateOnly))
+			}
+			part := inboxdriver.Partition{Name: m.name(d), From: d, To: d.Add(day)}
+			if !p.DryRun {
+				if err := m.create(ctx, part); err != nil {
+					return rep, err
+				}
+			}
+			rep.Created = append(rep.Created, part)
+		}
+	}
 	// Finish the detaches an earlier run left pending: a pending partition
 	// takes no rows, and the parent cannot detach another concurrently
 	// until it is finished.
@@ -275,31 +307,6 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 		attached = kept
 	}
 
-	// Make the partitions missing ahead, after the newest: never before
-	// the oldest, so that a day dropped stays dropped and its replays stay
-	// refused.
-	if p.Premake {
-		end := st.Now.Add(m.cfg.Premake).Truncate(day).Add(day)
-		start := st.Now.Add(-m.cfg.Backfill).Truncate(day)
-		if n := len(attached); n > 0 {
-			start = attached[n-1].To
-			if !start.Truncate(day).Equal(start) {
-				return rep, fmt.Errorf("inbox: partition %s ends at %s, not at the start of a day: maintenance makes day partitions only", attached[n-1].Name, start.Format(time.RFC3339Nano))
-			}
-		}
-		for d, n := start, 0; d.Before(end); d, n = d.Add(day), n+1 {
-			if n == inboxdriver.MaxPartitionsPerRun {
-				return rep, fmt.Errorf("inbox: partition maintenance stopped after making %d partitions, up to %s: run it again", n, d.Format(time.DateOnly))
-			}
-			part := inboxdriver.Partition{Name: m.name(d), From: d, To: d.Add(day)}
-			if !p.DryRun {
-				if err := m.create(ctx, part); err != nil {
-					return rep, err
-				}
-			}
-			rep.Created = append(rep.Created, part)
-		}
-	}
 	if p.DryRun {
 		return rep, nil
 	}
