@@ -70,7 +70,7 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 	uniqueAt := make([]int, 0, len(msgs))
 	for i, m := range msgs {
 		firstOf[i] = -1
-		id, err := c.config.IDFormat.CanonicalID(m.ID)
+		id, err := c.canonicalID(m.ID)
 		if err != nil {
 			results[i].Err = fmt.Errorf("inbox: consumer %s: %w", consumer, err)
 			continue
@@ -217,7 +217,7 @@ func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Mes
 	tx, claimed, err := c.driver.BeginClaimBatch(ctx, params)
 	obs.lap(phaseClaim)
 	if err != nil {
-		return nil, atStage(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
+		return nil, claimFailure(StageClaim, c.batchClaimError("claim", err))
 	}
 	outcomes = make([]Outcome, len(msgs))
 	anyNew := false
@@ -313,7 +313,7 @@ func (c *Client[TTx]) batchPipelined(ctx context.Context, obs *txObservation, p 
 	obs.lap(phaseCommit)
 	switch {
 	case err != nil:
-		return false, atStage(StageCommit, fmt.Errorf("pipelined transaction: %w", c.classify(err)))
+		return false, claimFailure(StageCommit, c.batchClaimError("pipelined transaction", err))
 	case !claimed:
 		c.duplicates.Store(p.Consumer, struct{}{})
 		return false, nil

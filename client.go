@@ -180,7 +180,8 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 	switch {
 	case c.IDFormat > IDFormatText:
 		return fmt.Errorf("inbox: Config.IDFormat: unknown format %v", c.IDFormat)
-	case c.IDFormat != IDFormatUUID && tables.IDType == inboxdriver.IDTypeUUID:
+	case c.IDFormat == IDFormatText && tables.IDType == inboxdriver.IDTypeUUID,
+		c.IDFormat == IDFormatULID && tables.IDType == inboxdriver.IDTypeUUID && tables.Layout != inboxdriver.LayoutPartitioned:
 		return fmt.Errorf("inbox: Config.IDFormat is %v, but the store's message_id column is a uuid: migrate with a text id column and configure the store with IDType %q", c.IDFormat, inboxdriver.IDTypeText)
 	case c.ConflictBackoff < 0:
 		return fmt.Errorf("inbox: Config.ConflictBackoff must not be negative, got %v", c.ConflictBackoff)
@@ -225,6 +226,9 @@ func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client
 	if err := cfg.validate(driver.Tables()); err != nil {
 		return nil, err
 	}
+	if err := cfg.validatePartitions(driver); err != nil {
+		return nil, err
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -244,6 +248,9 @@ func (c *Client[TTx]) Config() Config { return c.config }
 func (c *Client[TTx]) classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if perr := partitionError(err); perr != nil {
+		return perr
 	}
 	switch c.driver.Classify(err) {
 	case inboxdriver.ClassConflict:

@@ -40,6 +40,8 @@ func DeadLetterReason(err error) string {
 		return ReasonMalformedID
 	case errors.Is(err, ErrUnknownOutcome):
 		return ReasonUnknownOutcome
+	case partitionReason(err) != "":
+		return partitionReason(err)
 	case IsPermanent(err):
 		return ReasonPermanent
 	default:

@@ -268,7 +268,7 @@ func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*
 		}
 	}
 	if p.MessageID != "" {
-		if lp.ID, err = c.config.IDFormat.CanonicalID(p.MessageID); err != nil {
+		if lp.ID, err = c.canonicalID(p.MessageID); err != nil {
 			return nil, fmt.Errorf("inbox: list effects: %w", err)
 		}
 	}

@@ -49,7 +49,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 		// is new, or in flight elsewhere: the claim decides.
 		seen, err := c.pipeliner.Applied(ctx, params)
 		if err != nil {
-			return 0, atStage(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
+			return 0, claimFailure(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
 		}
 		if seen {
 			obs.lap(phaseClaim)
@@ -71,7 +71,7 @@ func (c *Client[TTx]) processOnce(ctx context.Context, consumer string, msg Mess
 	tx, claimed, err := c.driver.BeginClaim(ctx, params)
 	obs.lap(phaseClaim)
 	if err != nil {
-		return 0, atStage(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
+		return 0, claimFailure(StageClaim, fmt.Errorf("claim: %w", c.classify(err)))
 	}
 	if !claimed {
 		c.rollback(ctx, tx)
@@ -186,7 +186,7 @@ func (c *Client[TTx]) ProcessTx(ctx context.Context, tx TTx, consumer string, ms
 	}
 	claimed, err := c.driver.Claim(ctx, tx, c.claimParams(consumer, id))
 	if err != nil {
-		return 0, atStage(StageClaim, fmt.Errorf("inbox: claim %s/%s: %w", consumer, id, c.classify(err)))
+		return 0, claimFailure(StageClaim, fmt.Errorf("inbox: claim %s/%s: %w", consumer, id, c.classify(err)))
 	}
 	if !claimed {
 		return Duplicate, nil
@@ -199,7 +199,7 @@ func (c *Client[TTx]) check(consumer, id string) (string, error) {
 	if err := ValidateConsumer(consumer); err != nil {
 		return "", err
 	}
-	canon, err := c.config.IDFormat.CanonicalID(id)
+	canon, err := c.canonicalID(id)
 	if err != nil {
 		return "", fmt.Errorf("inbox: consumer %s: %w", consumer, err)
 	}
@@ -227,7 +227,7 @@ func (c *Client[TTx]) Key(key KeyFunc, msg Message) (string, error) {
 	}
 	id, err := key(msg)
 	if err == nil {
-		id, err = c.config.IDFormat.CanonicalID(id)
+		id, err = c.canonicalID(id)
 	}
 	if err != nil {
 		if !IsPermanent(err) && !errors.Is(err, ErrUnavailable) {

@@ -118,11 +118,17 @@ func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
 			FormatDuration(c.config.Retention), FormatDuration(c.config.ReplayHorizon), ErrWindowTooShort)
 	}
+	if err := c.config.validatePartitions(c.driver); err != nil {
+		return fmt.Errorf("inbox: cleaner: %w", err)
+	}
 	lockKey := "inbox-cleaner:" + c.driver.Tables().Schema + "." + c.driver.Tables().Inbox
 	ticker := time.NewTicker(c.config.CleanerInterval)
 	defer ticker.Stop()
 	for {
 		ran, err := c.driver.WithLock(ctx, lockKey, func(ctx context.Context) error {
+			if c.partitioned() {
+				return c.cleanPartitions(ctx)
+			}
 			n, err := c.Purge(ctx, PurgeParams{OlderThan: c.config.Retention})
 			if n > 0 || err != nil {
 				c.logger.InfoContext(ctx, "inbox: cleaner purged", "rows", n, "err", err)

@@ -227,6 +227,10 @@ type Tables struct {
 	Takeovers string
 	// IDType is the type of the message_id column. Defaults to IDTypeUUID.
 	IDType IDType
+	// Layout is the inbox table's layout: LayoutPartitioned partitions it
+	// by day over time-ordered ids, on Postgres. Configure the store with
+	// the layout its tables were migrated with. Defaults to LayoutPlain.
+	Layout Layout
 }
 
 // Default table names.
@@ -257,6 +261,9 @@ func (t Tables) WithDefaults() Tables {
 	}
 	if t.IDType == "" {
 		t.IDType = IDTypeUUID
+	}
+	if t.Layout == "" {
+		t.Layout = LayoutPlain
 	}
 	return t
 }

@@ -57,7 +57,7 @@ func (t Tables) Validate(d Dialect) error {
 	default:
 		return fmt.Errorf("inbox: Tables.IDType %q: want %q or %q", t.IDType, IDTypeUUID, IDTypeText)
 	}
-	return nil
+	return t.validateLayout(d)
 }
 
 type namedTable struct{ field, value string }

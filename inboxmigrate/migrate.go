@@ -85,6 +85,9 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Info, error) {
 		}
 		return nil
 	})
+	if err == nil && version >= 1 {
+		err = m.premake(ctx)
+	}
 	return done, err
 }
 
@@ -221,6 +224,9 @@ func Render(d inboxdriver.Dialect, t inboxdriver.Tables, f Format) ([]File, erro
 	case FormatPlain, "":
 		var b strings.Builder
 		fmt.Fprintf(&b, "-- inbox migrations 001 to %03d for %s\n", Latest(), d)
+		if t.Layout == inboxdriver.LayoutPartitioned {
+			b.WriteString("-- The inbox is partitioned by day: make its partitions with 'inbox partitions premake' before the first claim.\n")
+		}
 		if t.Schema != "" && d == inboxdriver.DialectPostgres {
 			b.WriteString("CREATE SCHEMA IF NOT EXISTS " + s.ident(t.Schema) + ";\n")
 		}

@@ -63,8 +63,10 @@ var migrations = []migration{
 		name:    "inbox",
 		up: func(s *schema) []string {
 			inbox := s.table(s.t.Inbox)
-			switch s.d {
-			case inboxdriver.DialectPostgres:
+			switch {
+			case s.t.Layout == inboxdriver.LayoutPartitioned:
+				return s.partitionedInbox()
+			case s.d == inboxdriver.DialectPostgres:
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
     consumer_name text COLLATE "C" NOT NULL,
@@ -77,7 +79,7 @@ var migrations = []migration{
 					// each claim, unlike a b-tree.
 					`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Inbox, inboxdriver.IndexInboxProcessedAt) + ` ON ` + inbox + ` USING brin (processed_at)`,
 				}
-			case inboxdriver.DialectMySQL:
+			case s.d == inboxdriver.DialectMySQL:
 				return []string{
 					`CREATE TABLE IF NOT EXISTS ` + inbox + ` (
     consumer_name VARCHAR(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,

@@ -54,6 +54,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/pgpartition"
 )
 
 // Config configures a Driver. The zero value is valid.
@@ -68,6 +69,11 @@ type Config struct {
 	// level (read committed). Under serializable isolation, serialization
 	// failures are retried by the client.
 	TxOptions pgx.TxOptions
+
+	// Partitions are the settings of an inbox in the partitioned layout
+	// (Tables.Layout inboxdriver.LayoutPartitioned); other layouts ignore
+	// them. Defaults to those of inboxdriver.PartitionConfig.
+	Partitions inboxdriver.PartitionConfig
 }
 
 // Driver is the inbox store on a pgx pool. It is safe for concurrent use.
@@ -77,6 +83,8 @@ type Driver struct {
 	txOptions pgx.TxOptions
 	begin     string // BEGIN with txOptions
 	q         queries
+	// partitions keeps the inbox's partitions, when it is partitioned.
+	partitions *pgpartition.Maintainer
 }
 
 var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -94,7 +102,12 @@ func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	if err := t.Validate(inboxdriver.DialectPostgres); err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t)}, nil
+	if err := cfg.Partitions.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t)}
+	d.partitions = pgpartition.New(partitionDB{d}, t, cfg.Partitions)
+	return d, nil
 }
 
 // Pool returns the driver's pool.
@@ -120,7 +133,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pg
 	})
 	tx, err := d.sendBegin(ctx, b)
 	if err != nil {
-		return nil, false, err
+		return nil, false, d.claimError(ctx, []string{p.ID}, err)
 	}
 	return tx, claimed, nil
 }
@@ -138,7 +151,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 	})
 	tx, err := d.sendBegin(ctx, b)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, d.claimError(ctx, p.IDs, err)
 	}
 	return tx, claimed, nil
 }
@@ -148,7 +161,7 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 	if p.LockTimeout <= 0 {
 		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID)
 		if err != nil {
-			return false, err
+			return false, d.claimError(ctx, []string{p.ID}, err)
 		}
 		return ct.RowsAffected() == 1, nil
 	}
@@ -161,7 +174,7 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 		})
 	})
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, err
+		return false, d.claimError(ctx, []string{p.ID}, err)
 	}
 	return claimed, nil
 }

@@ -39,6 +39,12 @@ func newDriver(t testing.TB, tables inboxdriver.Tables) (*inboxpgx.Driver, strin
 // table beside the inbox.
 func newStore(t *testing.T) *inboxtest.Store[pgx.Tx] {
 	d, schema := newDriver(t, inboxdriver.Tables{})
+	return storeOver(t, d, schema)
+}
+
+// storeOver is the conformance suite's store over d, whose tables are in
+// schema.
+func storeOver(t *testing.T, d *inboxpgx.Driver, schema string) *inboxtest.Store[pgx.Tx] {
 	pool := d.Pool()
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
 	if _, err := pool.Exec(context.Background(), `CREATE TABLE `+effects+` (consumer text NOT NULL, message_id text NOT NULL)`); err != nil {

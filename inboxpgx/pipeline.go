@@ -114,17 +114,19 @@ var _ inboxdriver.Pipeliner = (*Driver)(nil)
 // pipelined batch. The claim is a plain INSERT: a duplicate fails it with a
 // unique violation, and the server skips the rest of the batch.
 func (d *Driver) ProcessPipelined(ctx context.Context, p *inboxdriver.ClaimParams, work any) (claimed bool, workErr, err error) {
-	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
+	claimed, workErr, err = d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
 		return b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.ID)...)
 	})
+	return claimed, workErr, d.claimError(ctx, []string{p.ID}, err)
 }
 
 // ProcessPipelinedBatch implements inboxdriver.Pipeliner: ProcessPipelined
 // with one INSERT … SELECT FROM unnest of every id.
 func (d *Driver) ProcessPipelinedBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams, work any) (claimed bool, workErr, err error) {
-	return d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
+	claimed, workErr, err = d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
 		return b.Queue(d.q.claimBatchPlain, append(opts, p.Consumer, p.IDs)...)
 	})
+	return claimed, workErr, d.claimError(ctx, p.IDs, err)
 }
 
 // pipeline sends BEGIN, the claim that claim queues, work's queries and

@@ -36,7 +36,7 @@ func newQueries(t inboxdriver.Tables) queries {
 	const effectCols = `consumer_name, message_id::text, step, state, result, attempts, started_at, done_at`
 	const dlCols = `id, consumer_name, dedup_key, coalesce(message_id, ''), transport, queue, source_partition,
        source_offset, broker_id, record_key, headers, payload, reason, error_text, attempts, first_seen_at, last_seen_at`
-	return queries{
+	q := queries{
 		// processed_at is the database's clock, which the purge cutoff
 		// reads too.
 		claim: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
@@ -79,7 +79,9 @@ SELECT count(*) FROM purged`,
 SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`,
 		stats: `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`,
-		tableSize: `SELECT pg_total_relation_size($1::regclass)`,
+		// The sum over the partitions of a partitioned table, which has
+		// no storage of its own; pg_partition_tree lists no other table.
+		tableSize: `SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size($1::regclass)) FROM pg_partition_tree($1::regclass)`,
 		deadLetter: `INSERT INTO ` + dl + ` AS d (consumer_name, dedup_key, message_id, transport, queue,
     source_partition, source_offset, broker_id, record_key, headers, payload, reason, error_text,
     attempts, first_seen_at, last_seen_at)
@@ -119,4 +121,8 @@ ON CONFLICT (consumer_name, message_id, step) DO NOTHING`,
  ORDER BY started_at, consumer_name, message_id, step
  LIMIT $5`,
 	}
+	if t.Layout == inboxdriver.LayoutPartitioned {
+		q.purge = purgeByKey(inbox, effects)
+	}
+	return q
 }

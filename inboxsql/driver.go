@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/pgpartition"
 )
 
 // Dialect is the SQL engine behind a *sql.DB.
@@ -86,6 +87,12 @@ type Config struct {
 	// too. Defaults to nil: the ledger is in the inbox's own database,
 	// where Effect cannot be called from a handler (ErrLedgerLocked).
 	EffectsDB *sql.DB
+
+	// Partitions are, on Postgres, the settings of an inbox in the
+	// partitioned layout (Tables.Layout inboxdriver.LayoutPartitioned);
+	// other layouts ignore them. Defaults to those of
+	// inboxdriver.PartitionConfig.
+	Partitions inboxdriver.PartitionConfig
 }
 
 // Driver is the inbox store over a *sql.DB. It is safe for concurrent use.
@@ -113,6 +120,9 @@ type Driver struct {
 	// locks are the WithLock locks held in this process, on SQLite.
 	locksMu sync.Mutex
 	locks   map[string]bool
+
+	// partitions keeps the inbox's partitions, when it is partitioned.
+	partitions *pgpartition.Maintainer
 }
 
 var _ inboxdriver.Driver[*sql.Tx] = (*Driver)(nil)
@@ -148,7 +158,10 @@ func New(db *sql.DB, engine Engine, config *Config) (*Driver, error) {
 			return nil, errors.New("inboxsql: Config.EffectsDB is the inbox's own database: give the ledger a database file of its own, or leave it nil")
 		}
 	}
-	return &Driver{
+	if err := cfg.Partitions.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Driver{
 		db:        db,
 		dialect:   dialect,
 		engine:    engine,
@@ -157,7 +170,11 @@ func New(db *sql.DB, engine Engine, config *Config) (*Driver, error) {
 		q:         newQueries(dialect, t),
 		effectsDB: cfg.EffectsDB,
 		locks:     map[string]bool{},
-	}, nil
+	}
+	if dialect == Postgres {
+		d.partitions = pgpartition.New(partitionDB{d}, t, cfg.Partitions)
+	}
+	return d, nil
 }
 
 // DB returns the driver's database.
@@ -191,7 +208,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*s
 		return err
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, d.claimError(ctx, []string{p.ID}, err)
 	}
 	d.track(tx)
 	return tx, claimed, nil
@@ -206,7 +223,7 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 		return err
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, d.claimError(ctx, p.IDs, err)
 	}
 	d.track(tx)
 	return tx, claimed, nil
@@ -215,7 +232,8 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 // Claim implements inboxdriver.Driver, inside the caller's transaction.
 func (d *Driver) Claim(ctx context.Context, tx *sql.Tx, p *inboxdriver.ClaimParams) (bool, error) {
 	if d.dialect != SQLite || p.LockTimeout <= 0 {
-		return d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, false)
+		claimed, err := d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, false)
+		return claimed, d.claimError(ctx, []string{p.ID}, err)
 	}
 	// The caller's transaction may have begun DEFERRED, in which case the
 	// claim is what waits for the write lock: bound that wait.

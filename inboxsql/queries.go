@@ -152,6 +152,9 @@ RETURNING message_id`
      WHERE e.consumer_name = p.consumer_name AND e.message_id = p.message_id
 )
 SELECT count(*) FROM purged`
+			if t.Layout == inboxdriver.LayoutPartitioned {
+				q.purge[i] = purgeByKey(inbox, effects, where, q.ph(n))
+			}
 		case SQLite:
 			q.purge[i] = `DELETE FROM ` + inbox + ` WHERE (consumer_name, message_id) IN (
     ` + batch + `)
@@ -181,7 +184,9 @@ SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`
 	switch d {
 	case Postgres:
-		q.tableSize = `SELECT pg_total_relation_size($1::regclass)`
+		// The sum over the partitions of a partitioned table, which has
+		// no storage of its own; pg_partition_tree lists no other table.
+		q.tableSize = `SELECT coalesce(sum(pg_total_relation_size(relid)), pg_total_relation_size($1::regclass)) FROM pg_partition_tree($1::regclass)`
 	case SQLite:
 		// dbstat counts the pages of the table and of its indexes.
 		q.tableSize = `SELECT coalesce(sum(pgsize), 0) FROM dbstat

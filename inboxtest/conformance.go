@@ -42,7 +42,19 @@ type Store[TTx any] struct {
 // subtest and must return a store isolated from every other. Subtests run in
 // parallel.
 func Exercise[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx]) {
-	for _, c := range append(cases[TTx](), takeoverCases[TTx]()...) {
+	exercise(t, newStore, append(cases[TTx](), takeoverCases[TTx]()...))
+}
+
+// ExercisePartitioned runs the conformance suite, and the cases of the
+// partitioned layout, on a store whose inbox is in that layout
+// (inboxdriver.LayoutPartitioned), with partitions made by its migration.
+func ExercisePartitioned[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx]) {
+	all := append(cases[TTx](), takeoverCases[TTx]()...)
+	exercise(t, newStore, append(all, partitionCases[TTx]()...))
+}
+
+func exercise[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx], tcs []testCase[TTx]) {
+	for _, c := range tcs {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
@@ -660,6 +672,10 @@ func cases[TTx any]() []testCase[TTx] {
 		}},
 
 		{"Cleaner", func(t *testing.T, x *suite[TTx]) {
+			if x.partitioned() {
+				x.cleanerPartitioned(t)
+				return
+			}
 			c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Retention: 24 * time.Hour,
 				CleanerInterval: 10 * time.Millisecond})
 			h, _ := x.effect("billing")

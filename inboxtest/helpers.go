@@ -22,15 +22,16 @@ package inboxtest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 
-// NewID returns a new random UUID, as a producer mints an event id. Use it
-// to make test events; a consumer must never mint the id of a message it
-// receives.
-func NewID() string { return uuid.V4() }
+// NewID returns a new time-ordered UUID (version 7), as a producer mints
+// an event id. Use it to make test events; a consumer must never mint the
+// id of a message it receives.
+func NewID() string { return uuid.V7(time.Now()) }
 
 // RequireApplied returns a function that fails t unless it is given
 // (inbox.Applied, nil), so that a call's two results can be passed straight

@@ -43,6 +43,7 @@ var commands = map[string]command{
 	"chaos":       {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
 	"demo":        {summary: "the handler that ran twice: the common fixes for duplicates, crashed side by side", run: runDemo},
 	"deadletters": {summary: "messages that will not be applied: list, show, replay, delete", run: runDeadLetters},
+	"partitions":  {summary: "the day partitions of a partitioned inbox: list, premake, drop", run: runPartitions},
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},

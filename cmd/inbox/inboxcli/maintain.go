@@ -158,6 +158,10 @@ type statsJSON struct {
 	// StuckEffectsError says why the ledger could not be read, if it
 	// could not (a store without a ledger, a schema not migrated to 003).
 	StuckEffectsError string `json:"stuck_effects_error,omitempty"`
+	// Partitions are those of a partitioned inbox; absent for a plain one.
+	Partitions *partitionsJSON `json:"partitions,omitempty"`
+	// PartitionsError says why they could not be read.
+	PartitionsError string `json:"partitions_error,omitempty"`
 }
 
 type stuckEffectJSON struct {
@@ -194,11 +198,11 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 		return err
 	}
 	return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
-		return stats(ctx, e, c, stuckAfter.d, *asJSON)
+		return stats(ctx, e, c, stuckAfter.d, *asJSON, sf.tables.Layout == inboxdriver.LayoutPartitioned)
 	})
 }
 
-func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON bool) error {
+func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON, partitioned bool) error {
 	st, err := c.Stats(ctx)
 	if err != nil {
 		return err
@@ -227,6 +231,9 @@ func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON 
 			StartedAt: se.StartedAt.UTC(), StartedAgeSecs: now.Sub(se.StartedAt).Seconds(),
 		})
 	}
+	if partitioned {
+		statsPartitions(ctx, c, &out)
+	}
 	if asJSON {
 		return json.NewEncoder(e.Stdout).Encode(out)
 	}
@@ -241,6 +248,7 @@ func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON 
 	}
 	tw.Flush()
 	fmt.Fprintf(e.Stdout, "table size: %s\n", formatBytes(st.TableBytes))
+	printStatsPartitions(e.Stdout, &out)
 	printStuckEffects(e.Stdout, &out, stuckAfter, now)
 	return nil
 }

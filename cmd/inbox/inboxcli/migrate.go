@@ -23,10 +23,14 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 	var sf storeFlags
 	switch sub {
 	case "up":
-		fs := newFlags(e, "migrate up", "migrate up [flags]")
+		fs := newFlags(e, "migrate up", "migrate up [--partitioned] [flags]")
 		sf.register(fs)
+		partitioned := fs.Bool("partitioned", false, "Postgres 14+: create the inbox partitioned by day over time-ordered ids (UUIDv7), and its first partitions")
 		if err := parseFlags(fs, args, 0); err != nil {
 			return err
+		}
+		if *partitioned {
+			sf.tables.Layout = inboxdriver.LayoutPartitioned
 		}
 		return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
 			done, err := m.Up(ctx)
@@ -100,10 +104,14 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 		fs.StringVar(&sf.tables.Schema, "schema", "", "the schema that holds the inbox tables")
 		fs.StringVar(&sf.tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
 		idType := fs.String("id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
+		partitioned := fs.Bool("partitioned", false, "postgres: the inbox partitioned by day; make its partitions with 'inbox partitions premake'")
 		if err := parseFlags(fs, args, 0); err != nil {
 			return err
 		}
 		sf.tables.IDType = inboxdriver.IDType(*idType)
+		if *partitioned {
+			sf.tables.Layout = inboxdriver.LayoutPartitioned
+		}
 		files, err := inboxmigrate.Render(inboxdriver.Dialect(*dialect), sf.tables, inboxmigrate.Format(*format))
 		if err != nil {
 			return usagef("%v", err)

@@ -28,6 +28,8 @@ type storeFlags struct {
 	effectsDB   string
 	tables      inboxdriver.Tables
 	idType      string
+	// partitions configure a partitioned inbox (inbox partitions).
+	partitions inboxdriver.PartitionConfig
 }
 
 func (f *storeFlags) register(fs *flagSet) {
@@ -50,6 +52,8 @@ type ops interface {
 	DeleteDeadLetter(ctx context.Context, id int64) error
 	MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error)
 	MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error)
+	Partitions(ctx context.Context) (*inbox.PartitionState, error)
+	MaintainPartitions(ctx context.Context, p inbox.MaintainPartitionsParams) (*inbox.PartitionReport, error)
 	Config() inbox.Config
 }
 
@@ -314,7 +318,13 @@ func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, erro
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
 	}
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: f.tables})
+	if f.tables.Layout == "" {
+		if f.tables.Layout, err = detectLayout(pctx, pool, f.tables); err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("cannot read the inbox table's layout at %s: %w", where, err)
+		}
+	}
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: f.tables, Partitions: f.partitions})
 	if err != nil {
 		pool.Close()
 		return nil, usagef("%v", err)

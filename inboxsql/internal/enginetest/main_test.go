@@ -66,6 +66,8 @@ type engine struct {
 	effects func(tables inboxdriver.Tables) string
 	// waiting counts the claims waiting for a lock, or is nil.
 	waiting func(t *testing.T, db *sql.DB, tables inboxdriver.Tables) func(ctx context.Context) (int, error)
+	// partitions configure a partitioned inbox.
+	partitions inboxdriver.PartitionConfig
 }
 
 func sqliteDB(t *testing.T) *sql.DB {
@@ -188,7 +190,7 @@ func mysqlWaiting(t *testing.T, db *sql.DB, _ inboxdriver.Tables) func(ctx conte
 func (e engine) newDriver(t *testing.T) (*inboxsql.Driver, inboxdriver.Tables) {
 	t.Helper()
 	db, tables := e.open(t)
-	cfg := &inboxsql.Config{Tables: tables}
+	cfg := &inboxsql.Config{Tables: tables, Partitions: e.partitions}
 	if e.effectsDB != nil {
 		cfg.EffectsDB = e.effectsDB(t)
 		migrate(t, cfg.EffectsDB, e.dialect, tables)

@@ -1,0 +1,264 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// runPartitions is 'inbox partitions list|premake|drop': the day
+// partitions of an inbox migrated with 'inbox migrate up --partitioned'.
+func runPartitions(ctx context.Context, e *Env, args []string) error {
+	const usage = "partitions list|premake|drop [flags]"
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprintln(e.Stdout, "Usage: inbox "+usage+"\n\n"+
+				"  list     the partitions, the days they cover, their rows and size\n"+
+				"  premake  make the partitions missing ahead (and, on an inbox with none, back)\n"+
+				"  drop     drop the partitions older than --retention, counted from the ids' time\n\n"+
+				"Run 'inbox partitions <subcommand> -h' for its flags.")
+			return nil
+		}
+		return usagef("want a subcommand: list, premake or drop")
+	}
+	sub, args := args[0], args[1:]
+	var sf storeFlags
+	sf.tables.Layout = inboxdriver.LayoutPartitioned
+	switch sub {
+	case "list":
+		fs := newFlags(e, "partitions list", "partitions list [--json] [flags]")
+		sf.register(fs)
+		asJSON := fs.Bool("json", false, "print one JSON object")
+		if err := parseFlags(fs, args, 0); err != nil {
+			return err
+		}
+		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+			st, err := c.Partitions(ctx)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return json.NewEncoder(e.Stdout).Encode(partitionsOut(st))
+			}
+			printPartitions(e.Stdout, st)
+			return nil
+		})
+	case "premake", "drop":
+		fs := newFlags(e, "partitions "+sub, "partitions "+sub+" [--dry-run] [flags]")
+		sf.register(fs)
+		premake := durationFlag{d: inboxdriver.DefaultPartitionPremake}
+		skew := durationFlag{d: inboxdriver.DefaultPartitionMaxSkew}
+		backfill := durationFlag{d: inboxdriver.DefaultPartitionBackfill}
+		retention := durationFlag{}
+		horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
+		if sub == "premake" {
+			fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock; at least --max-skew (default 7d)")
+			fs.Var(&backfill, "backfill", "on an inbox with no partitions, reach this far back (default 30d)")
+		} else {
+			fs.Var(&retention, "retention", "drop the days whose ids are all older than this, by the ids' time: 30d, 36h (required)")
+			fs.Var(&horizon, "replay-horizon", "refuse a retention shorter than this plus --max-skew: the longest you will replay (default 14d)")
+		}
+		dryRun := fs.Bool("dry-run", false, "say what would be made or dropped, and change nothing")
+		if err := parseFlags(fs, args, 0); err != nil {
+			return err
+		}
+		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.d, MaxSkew: skew.d, Backfill: backfill.d}
+		if err := sf.partitions.Validate(); err != nil {
+			return usagef("%v", err)
+		}
+		p := inbox.MaintainPartitionsParams{Premake: sub == "premake", Drop: sub == "drop", DryRun: *dryRun}
+		// The client's own retention only has to pass its checks: a drop
+		// is refused by MaintainPartitions, which names the numbers.
+		cfg := idFormatFor(&sf)
+		cfg.ReplayHorizon, cfg.Retention = horizon.d, max(inbox.DefaultRetention, horizon.d+skew.d)
+		if sub == "drop" {
+			if !retention.set {
+				return usagef("--retention is required")
+			}
+			p.Retention = retention.d
+		}
+		return withOps(ctx, e, &sf, cfg, func(c ops) error {
+			rep, err := c.MaintainPartitions(ctx, p)
+			if err != nil {
+				return err
+			}
+			printReport(e.Stdout, rep, *dryRun)
+			return nil
+		})
+	default:
+		return usagef("unknown subcommand %q: want list, premake or drop", sub)
+	}
+}
+
+// partitionJSON is one partition in 'inbox partitions list --json' and
+// 'inbox stats --json'.
+type partitionJSON struct {
+	Name string    `json:"name"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	// State is attached, detaching (a detach left pending, which the next
+	// maintenance finishes) or detached (left by a drop that stopped).
+	State string `json:"state"`
+	// Rows is the planner's estimate, -1 when never analysed.
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"`
+}
+
+// partitionsJSON is the contract of 'inbox partitions list --json', and
+// the partitions of 'inbox stats --json'.
+type partitionsJSON struct {
+	// Now is the database's clock.
+	Now time.Time `json:"now"`
+	// Oldest and Newest bound the ids' times the attached partitions take;
+	// an id outside them is refused as expired or future.
+	Oldest     time.Time       `json:"oldest"`
+	Newest     time.Time       `json:"newest"`
+	BackSecs   float64         `json:"back_s"`
+	AheadSecs  float64         `json:"ahead_s"`
+	Partitions []partitionJSON `json:"partitions"`
+}
+
+func partitionsOut(st *inbox.PartitionState) partitionsJSON {
+	out := partitionsJSON{Now: st.Now.UTC(), Partitions: []partitionJSON{}}
+	out.Oldest, out.Newest = st.Range()
+	if !out.Oldest.IsZero() {
+		out.BackSecs = st.Now.Sub(out.Oldest).Seconds()
+		out.AheadSecs = out.Newest.Sub(st.Now).Seconds()
+	}
+	for _, p := range st.Partitions {
+		state := "attached"
+		if p.DetachPending {
+			state = "detaching"
+		}
+		out.Partitions = append(out.Partitions, partitionJSON{Name: p.Name, From: p.From, To: p.To, State: state, Rows: p.Rows, Bytes: p.Bytes})
+	}
+	for _, p := range st.Detached {
+		out.Partitions = append(out.Partitions, partitionJSON{Name: p.Name, From: p.From, To: p.To, State: "detached", Rows: p.Rows, Bytes: p.Bytes})
+	}
+	return out
+}
+
+func printPartitions(w io.Writer, st *inbox.PartitionState) {
+	out := partitionsOut(st)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tIDS FROM\tTO\tROWS\tSIZE\tSTATE")
+	for _, p := range out.Partitions {
+		rows := "~" + fmt.Sprint(p.Rows)
+		if p.Rows < 0 {
+			rows = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.From.Format(time.DateOnly), p.To.Format(time.DateOnly), rows, formatBytes(p.Bytes), p.State)
+	}
+	if len(out.Partitions) == 0 {
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t")
+	}
+	tw.Flush()
+	fmt.Fprintln(w, coverage(out))
+}
+
+// coverage says which ids' times the partitions take, on the database's
+// clock.
+func coverage(out partitionsJSON) string {
+	if out.Oldest.IsZero() {
+		return "no partition is attached: every claim is refused until 'inbox partitions premake' runs"
+	}
+	return fmt.Sprintf("ids from %s to %s are taken: %s back and %s ahead of the database's clock (%s)",
+		out.Oldest.Format(time.DateOnly), out.Newest.Format(time.DateOnly),
+		inbox.FormatDuration(time.Duration(out.BackSecs)*time.Second), inbox.FormatDuration(time.Duration(out.AheadSecs)*time.Second),
+		out.Now.Format(time.RFC3339))
+}
+
+func printReport(w io.Writer, rep *inbox.PartitionReport, dryRun bool) {
+	if rep.Skipped {
+		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
+		return
+	}
+	verb := func(done, would string) string {
+		if dryRun {
+			return would
+		}
+		return done
+	}
+	list := func(what string, ps []inbox.Partition) {
+		if len(ps) == 0 {
+			return
+		}
+		names := make([]string, len(ps))
+		for i, p := range ps {
+			names[i] = p.Name
+		}
+		fmt.Fprintf(w, "%s %d: %s\n", what, len(ps), strings.Join(names, ", "))
+	}
+	list(verb("finished the pending detach of", "would finish the pending detach of"), rep.Finalized)
+	list(verb("attached again", "would attach again"), rep.Reattached)
+	list(verb("dropped", "would drop"), rep.Dropped)
+	list(verb("made", "would make"), rep.Created)
+	if len(rep.Finalized)+len(rep.Reattached)+len(rep.Dropped)+len(rep.Created) == 0 {
+		fmt.Fprintln(w, "nothing to do")
+	}
+	if rep.State != nil && !dryRun {
+		fmt.Fprintln(w, coverage(partitionsOut(rep.State)))
+	}
+}
+
+// detectLayout returns the layout of the inbox table that t names:
+// partitioned when it is a partitioned table. The commands read the layout
+// from the database rather than a flag, so that none runs the plain
+// table's statements on a partitioned one (a purge by ctid would delete
+// the wrong rows).
+func detectLayout(ctx context.Context, pool *pgxpool.Pool, t inboxdriver.Tables) (inboxdriver.Layout, error) {
+	t = t.WithDefaults()
+	var kind string
+	err := pool.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`,
+		t.Qualify(inboxdriver.DialectPostgres, t.Inbox)).Scan(&kind)
+	if err != nil {
+		return "", err
+	}
+	if kind == "p" {
+		return inboxdriver.LayoutPartitioned, nil
+	}
+	return inboxdriver.LayoutPlain, nil
+}
+
+// statsPartitions adds the partition state of a partitioned inbox to
+// 'inbox stats'.
+func statsPartitions(ctx context.Context, c ops, out *statsJSON) {
+	st, err := c.Partitions(ctx)
+	if err != nil {
+		out.PartitionsError = oneLine(err.Error())
+		return
+	}
+	p := partitionsOut(st)
+	out.Partitions = &p
+}
+
+func printStatsPartitions(w io.Writer, out *statsJSON) {
+	switch {
+	case out.PartitionsError != "":
+		fmt.Fprintf(w, "partitions: unknown (%s)\n", out.PartitionsError)
+	case out.Partitions != nil:
+		var detaching, detached int
+		for _, p := range out.Partitions.Partitions {
+			switch p.State {
+			case "detaching":
+				detaching++
+			case "detached":
+				detached++
+			}
+		}
+		fmt.Fprintf(w, "partitions: %d attached; %s\n", len(out.Partitions.Partitions)-detaching-detached, coverage(*out.Partitions))
+		if detaching+detached > 0 {
+			fmt.Fprintf(w, "partitions left by an interrupted drop: %d detaching, %d detached; the next maintenance finishes them\n", detaching, detached)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package inboxcli_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+func TestPartitions(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	url := testdb.URL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	db := []string{"--schema", schema}
+	cmd := func(args ...string) []string { return append(args, db...) }
+
+	code, stdout, stderr := run(t, env, cmd("partitions", "list")...)
+	require.Equal(t, 1, code, "no inbox yet: %s", stdout)
+	requireOneLine(t, stderr)
+
+	code, stdout, stderr = run(t, env, cmd("migrate", "up", "--partitioned")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "applied 001_inbox")
+
+	code, stdout, stderr = run(t, env, cmd("partitions", "list")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "inbox_p"+time.Now().UTC().Format("20060102"))
+	require.Regexp(t, `ids from \S+ to \S+ are taken: 30d\S* back and 7d\S* ahead`, stdout)
+	code, stdout, _ = run(t, env, cmd("partitions", "list", "--json")...)
+	require.Equal(t, 0, code)
+	var list struct {
+		Partitions []struct{ Name, State string }
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &list))
+	require.Len(t, list.Partitions, 38)
+
+	code, stdout, stderr = run(t, env, cmd("partitions", "premake", "--ahead", "9d")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "made 2: ")
+	code, stdout, _ = run(t, env, cmd("partitions", "premake")...)
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "nothing to do")
+
+	// Rows in two partitions, at the same place in each: an old event
+	// processed long ago and a new one.
+	pool, err := pgxpool.New(context.Background(), url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema, Layout: inboxdriver.LayoutPartitioned}})
+	require.NoError(t, err)
+	longAgo := time.Now().Add(-40 * 24 * time.Hour)
+	oldClient, err := inbox.NewClient(d, &inbox.Config{Now: func() time.Time { return longAgo }})
+	require.NoError(t, err)
+	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
+	old := inboxtest.NewIDAt(time.Now().Add(-20 * 24 * time.Hour))
+	inboxtest.RequireApplied(t)(oldClient.Process(context.Background(), "billing", inbox.Message{ID: old}, noop))
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	recent := inboxtest.NewID()
+	inboxtest.RequireApplied(t)(c.Process(context.Background(), "billing", inbox.Message{ID: recent}, noop))
+
+	// The commands find the layout in the database: this purge deletes
+	// the old row only.
+	code, stdout, stderr = run(t, env, cmd("purge", "--older-than", "30d")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "purged 1 rows")
+	inboxtest.RequireDuplicate(t)(c.Process(context.Background(), "billing", inbox.Message{ID: recent}, noop))
+	inboxtest.RequireApplied(t)(oldClient.Process(context.Background(), "billing", inbox.Message{ID: old}, noop))
+
+	code, stdout, stderr = run(t, env, cmd("stats")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "partitions: 40 attached; ids from ")
+	code, stdout, _ = run(t, env, cmd("stats", "--json")...)
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, `"partitions":{"now":`)
+
+	code, _, stderr = run(t, env, cmd("partitions", "drop", "--retention", "7d")...)
+	require.Equal(t, 1, code, "a retention inside the replay horizon")
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, "shorter than the replay horizon 14d plus")
+	code, stdout, stderr = run(t, env, cmd("partitions", "drop", "--retention", "10d", "--replay-horizon", "7d", "--dry-run")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "would drop 20: ", "the 20 days from 30 to 10 days back")
+	inboxtest.RequireDuplicate(t)(c.Process(context.Background(), "billing", inbox.Message{ID: old}, noop))
+	code, stdout, stderr = run(t, env, cmd("partitions", "drop", "--retention", "10d", "--replay-horizon", "7d")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "dropped 20: ")
+	require.Regexp(t, `ids from \S+ to \S+ are taken: 10d\S* back`, stdout)
+	_, err = c.Process(context.Background(), "billing", inbox.Message{ID: old}, noop)
+	require.ErrorIs(t, err, inbox.ErrIDExpired)
+
+	// The plain layout has no partitions.
+	plain := testdb.Schema(t)
+	code, _, stderr = run(t, env, "migrate", "up", "--schema", plain)
+	require.Equal(t, 0, code, stderr)
+	code, stdout, _ = run(t, env, "stats", "--schema", plain)
+	require.Equal(t, 0, code)
+	require.NotContains(t, stdout, "partitions")
+	code, _, stderr = run(t, env, "partitions", "list", "--schema", plain)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "not partitioned")
+	require.False(t, strings.Contains(stderr, "\n\n"))
+
+	for _, args := range [][]string{
+		{"partitions"}, {"partitions", "split"}, {"partitions", "drop"},
+		{"partitions", "premake", "--ahead", "1h"}, {"partitions", "drop", "--retention", "x"},
+	} {
+		code, _, stderr := run(t, env, cmd(args...)...)
+		require.Equal(t, 2, code, "%v: %s", args, stderr)
+		requireOneLine(t, stderr)
+	}
+}
