@@ -65,7 +65,7 @@ var natsResource = &resource{
 				closers[i]()
 			}
 		}
-		if err := n.start(b, &closers); err != nil {
+		if err := n.start(ctx, b, &closers); err != nil {
 			closeAll()
 			return nil, err
 		}
@@ -86,7 +86,7 @@ var natsResource = &resource{
 }
 
 // start starts the server, connects the producer and creates the stream.
-func (n *natsStore) start(b *bench, closers *[]func()) error {
+func (n *natsStore) start(ctx context.Context, b *bench, closers *[]func()) error {
 	dir, err := os.MkdirTemp("", "inbox-bench-nats-")
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func (n *natsStore) start(b *bench, closers *[]func()) error {
 		n.inbox.subjects = append(n.inbox.subjects, "bench.inbox."+strconv.Itoa(i))
 		n.bare.subjects = append(n.bare.subjects, "bench.bare."+strconv.Itoa(i))
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_, err = n.producer.CreateStream(cctx, jetstream.StreamConfig{
 		Name: natsStream, Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage,
