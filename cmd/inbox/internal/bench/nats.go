@@ -225,9 +225,15 @@ func natsBareLoop(ctx context.Context, c jetstream.Consumer, t *tracker) error {
 		fctx, cancel := context.WithTimeout(ctx, natsFetchWait)
 		batch, err := c.Fetch(brokerBatch, jetstream.FetchContext(fctx))
 		if err != nil {
+			expired := fctx.Err() != nil
 			cancel()
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil
+			case expired:
+				// The fetch's time ran out before it was sent (the
+				// process was not scheduled): nothing was asked for.
+				continue
 			}
 			return err
 		}
