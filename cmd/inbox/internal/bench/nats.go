@@ -65,7 +65,7 @@ var natsResource = &resource{
 				closers[i]()
 			}
 		}
-		if err := n.start(b, &closers); err != nil {
+		if err := n.start(ctx, b, &closers); err != nil {
 			closeAll()
 			return nil, err
 		}
@@ -86,7 +86,7 @@ var natsResource = &resource{
 }
 
 // start starts the server, connects the producer and creates the stream.
-func (n *natsStore) start(b *bench, closers *[]func()) error {
+func (n *natsStore) start(ctx context.Context, b *bench, closers *[]func()) error {
 	dir, err := os.MkdirTemp("", "inbox-bench-nats-")
 	if err != nil {
 		return err
@@ -113,7 +113,7 @@ func (n *natsStore) start(b *bench, closers *[]func()) error {
 		n.inbox.subjects = append(n.inbox.subjects, "bench.inbox."+strconv.Itoa(i))
 		n.bare.subjects = append(n.bare.subjects, "bench.bare."+strconv.Itoa(i))
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	_, err = n.producer.CreateStream(cctx, jetstream.StreamConfig{
 		Name: natsStream, Subjects: []string{"bench.>"}, Storage: jetstream.FileStorage,
@@ -225,9 +225,15 @@ func natsBareLoop(ctx context.Context, c jetstream.Consumer, t *tracker) error {
 		fctx, cancel := context.WithTimeout(ctx, natsFetchWait)
 		batch, err := c.Fetch(brokerBatch, jetstream.FetchContext(fctx))
 		if err != nil {
+			expired := fctx.Err() != nil
 			cancel()
-			if ctx.Err() != nil {
+			switch {
+			case ctx.Err() != nil:
 				return nil
+			case expired:
+				// The fetch's time ran out before it was sent (the
+				// process was not scheduled): nothing was asked for.
+				continue
 			}
 			return err
 		}
