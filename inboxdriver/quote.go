@@ -15,7 +15,7 @@ func (t Tables) Validate(d Dialect) error {
 	names := []struct{ field, value string }{
 		{"Inbox", t.Inbox}, {"DeadLetters", t.DeadLetters},
 		{"Effects", t.Effects}, {"Migrations", t.Migrations},
-		{"Takeovers", t.Takeovers},
+		{"Takeovers", t.Takeovers}, {"Outbox", t.Outbox}, {"OutboxKeys", t.OutboxKeys},
 	}
 	if t.Schema != "" {
 		if d == DialectSQLite {

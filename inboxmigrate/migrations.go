@@ -276,6 +276,7 @@ var migrations = []migration{
 			return []string{`DROP TABLE IF EXISTS ` + s.table(s.t.Takeovers)}
 		},
 	},
+	outboxMigration,
 }
 
 // versionTable renders the statements that create the table of applied

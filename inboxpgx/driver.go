@@ -71,6 +71,7 @@ type Driver struct {
 	txOptions pgx.TxOptions
 	begin     string // BEGIN with txOptions
 	q         queries
+	oq        outboxQueries
 }
 
 var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -88,7 +89,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	if err := t.Validate(inboxdriver.DialectPostgres); err != nil {
 		return nil, err
 	}
-	return &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t)}, nil
+	return &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t), oq: newOutboxQueries(t)}, nil
 }
 
 // Pool returns the driver's pool.

@@ -36,7 +36,7 @@ type Store[TTx any] struct {
 // subtest and must return a store isolated from every other. Subtests run in
 // parallel.
 func Exercise[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx]) {
-	for _, c := range append(cases[TTx](), takeoverCases[TTx]()...) {
+	for _, c := range append(append(cases[TTx](), takeoverCases[TTx]()...), outboxCases[TTx]()...) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			s := newStore(t)
