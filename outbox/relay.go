@@ -298,9 +298,18 @@ func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
 	start := time.Now()
 	now := r.config.Now()
 	token := uuid.V4()
-	rows, err := r.store.OutboxClaim(ctx, &inboxdriver.OutboxClaimParams{
-		Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
-	})
+	var rows []*inboxdriver.OutboxRow
+	var err error
+	// A claim that lost a deadlock or a serialization check changed
+	// nothing: run it again at once, a few times.
+	for range 3 {
+		rows, err = r.store.OutboxClaim(ctx, &inboxdriver.OutboxClaimParams{
+			Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
+		})
+		if err == nil || r.store.Classify(err) != inboxdriver.ClassConflict {
+			break
+		}
+	}
 	if err != nil {
 		return res, fmt.Errorf("outbox: claim: %w", classify(r.store, err))
 	}
