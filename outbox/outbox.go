@@ -126,7 +126,7 @@ func (o *Outbox[TTx]) Store() inboxdriver.OutboxStore[TTx] { return o.store }
 //
 // Each relay of this Outbox (NewRelay) is woken to look for them. The
 // signal goes before the commit, so a relay looks again a few times over
-// the next quarter second; call Wake after the commit for an exact signal.
+// the next second; call Wake after the commit for an exact signal.
 // Relays in other processes find the events when they next poll.
 //
 // Nothing is written when a message is invalid: the error names it.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 
@@ -29,7 +30,7 @@ const (
 // wakeRechecks is how many times, after a wake, a relay that found nothing
 // looks again, waiting 1ms, 2ms, 4ms and so on in between: a wake from
 // EnqueueTx comes before the transaction commits.
-const wakeRechecks = 8
+const wakeRechecks = 10
 
 // RelayConfig configures a Relay. The zero value is valid.
 type RelayConfig struct {
@@ -327,6 +328,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
 	pubStart := time.Now()
 	r.publish(pctx, rows, outcome, errs)
 	cancel()
+	fault.Inject(ctx, fault.RelayAfterPublish)
 	if obs := r.config.Observer; obs != nil {
 		ev := &PublishEvent{Records: len(rows), Duration: time.Since(pubStart)}
 		for i, o := range outcome {

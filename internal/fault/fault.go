@@ -45,10 +45,13 @@ const (
 	// EffectAfterCall is inside Client.Effect, after the remote call
 	// returned its result and before the step is recorded done.
 	EffectAfterCall Point = "effect-after-call"
+	// RelayAfterPublish is inside an outbox relay's round, after the broker
+	// confirmed the batch and before the relay deletes its rows.
+	RelayAfterPublish Point = "relay-after-publish"
 )
 
 // Points lists every fault point.
-var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch, EffectAfterStarted, EffectAfterCall}
+var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch, EffectAfterStarted, EffectAfterCall, RelayAfterPublish}
 
 var (
 	armed atomic.Bool
