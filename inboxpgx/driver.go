@@ -34,6 +34,15 @@
 // write commits on its own connection while the handler's transaction holds
 // another, so a pool serving N concurrent handlers that use Effect needs
 // more than N connections.
+//
+// # Outbox
+//
+// The driver keeps the producer's outbox (package outbox) in the tables
+// Tables.Outbox and Tables.OutboxKeys: it implements
+// inboxdriver.OutboxStore. An enqueue is one INSERT over unnest, whatever
+// the number of events; a relay's claim sends the ordered and the
+// unordered claims in one round trip, each an UPDATE over rows locked with
+// FOR UPDATE SKIP LOCKED.
 package inboxpgx
 
 import (
