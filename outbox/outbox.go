@@ -88,7 +88,7 @@ type Outbox[TTx any] struct {
 	logger *slog.Logger
 
 	mu     sync.Mutex
-	wakers map[chan struct{}]struct{}
+	relays map[*Relay]struct{}
 }
 
 // New returns an outbox over store, such as an *inboxpgx.Driver. config may
@@ -114,7 +114,7 @@ func New[TTx any](store inboxdriver.OutboxStore[TTx], config *Config) (*Outbox[T
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Outbox[TTx]{store: store, config: cfg, logger: logger, wakers: map[chan struct{}]struct{}{}}, nil
+	return &Outbox[TTx]{store: store, config: cfg, logger: logger, relays: map[*Relay]struct{}{}}, nil
 }
 
 // Store returns the outbox's store.
@@ -186,21 +186,19 @@ func (o *Outbox[TTx]) rollback(ctx context.Context, tx TTx) {
 func (o *Outbox[TTx]) Wake() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for c := range o.wakers {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
+	for r := range o.relays {
+		r.Wake()
 	}
 }
 
-func (o *Outbox[TTx]) subscribe(c chan struct{}) func() {
+// subscribe has r woken by o's enqueues until the returned func is called.
+func (o *Outbox[TTx]) subscribe(r *Relay) func() {
 	o.mu.Lock()
-	o.wakers[c] = struct{}{}
+	o.relays[r] = struct{}{}
 	o.mu.Unlock()
 	return func() {
 		o.mu.Lock()
-		delete(o.wakers, c)
+		delete(o.relays, r)
 		o.mu.Unlock()
 	}
 }

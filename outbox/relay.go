@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -16,6 +17,7 @@ import (
 // Defaults of the RelayConfig fields.
 const (
 	DefaultBatchSize          = 100
+	DefaultWorkers            = 4
 	DefaultLease              = 30 * time.Second
 	DefaultPollInterval       = time.Second
 	DefaultMaxRejections      = 10
@@ -37,6 +39,13 @@ type RelayConfig struct {
 	// BatchSize is the most rows one claim takes. Defaults to
 	// DefaultBatchSize (100).
 	BatchSize int
+
+	// Workers is how many batches Run has in flight at once, each claimed,
+	// published and written back on its own: while one batch waits for
+	// the broker's acknowledgements, another is being claimed or deleted.
+	// One worker keeps at most one batch in flight. Defaults to
+	// DefaultWorkers (4).
+	Workers int
 
 	// Lease is how long a claim holds its rows: another relay takes them
 	// only after it, so a relay that died delays its rows by at most the
@@ -101,6 +110,9 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 	if out.BatchSize == 0 {
 		out.BatchSize = DefaultBatchSize
 	}
+	if out.Workers == 0 {
+		out.Workers = DefaultWorkers
+	}
 	if out.Lease == 0 {
 		out.Lease = DefaultLease
 	}
@@ -126,6 +138,8 @@ func (c *RelayConfig) validate() error {
 	switch {
 	case c.BatchSize < 0:
 		return fmt.Errorf("outbox: RelayConfig.BatchSize must be positive, got %d", c.BatchSize)
+	case c.Workers < 0:
+		return fmt.Errorf("outbox: RelayConfig.Workers must be positive, got %d", c.Workers)
 	case c.Lease < 10*time.Millisecond:
 		return fmt.Errorf("outbox: RelayConfig.Lease must be at least 10ms, got %v", c.Lease)
 	case c.PollInterval < 0:
@@ -152,8 +166,10 @@ type Relay struct {
 	sink      Sink
 	config    RelayConfig
 	logger    *slog.Logger
-	wake      chan struct{}
-	subscribe func(chan struct{}) func()
+	subscribe func(*Relay) func()
+
+	mu    sync.Mutex
+	wakes map[chan struct{}]struct{}
 }
 
 // NewRelay returns a relay of the outbox in store to sink. config may be
@@ -174,7 +190,7 @@ func NewRelay(store inboxdriver.OutboxAdmin, sink Sink, config *RelayConfig) (*R
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{store: store, sink: sink, config: cfg, logger: logger, wake: make(chan struct{}, 1)}, nil
+	return &Relay{store: store, sink: sink, config: cfg, logger: logger, wakes: map[chan struct{}]struct{}{}}, nil
 }
 
 // NewRelay returns a relay of o's table to sink, which o's enqueues wake
@@ -191,28 +207,56 @@ func (o *Outbox[TTx]) NewRelay(sink Sink, config *RelayConfig) (*Relay, error) {
 // Config returns the relay's configuration with defaults applied.
 func (r *Relay) Config() RelayConfig { return r.config }
 
-// Wake tells the relay that events were committed, so that it looks now
-// rather than at its next poll. It never blocks.
+// Wake tells the relay that events were committed, so that one of its
+// idle workers looks now rather than at its next poll. It never blocks.
 func (r *Relay) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.wakes {
+		select {
+		case c <- struct{}{}:
+			return
+		default:
+		}
 	}
 }
 
-// Run relays until ctx ends, and then returns nil. Failures of the store
-// and of the broker are logged and waited out, with backoff; they never
-// stop it.
+// Run relays until ctx ends, and then returns nil, with Workers loops of
+// claim, publish and write-back. Failures of the store and of the broker
+// are logged and waited out, with backoff; they never stop it.
 func (r *Relay) Run(ctx context.Context) error {
 	if r.subscribe != nil {
-		defer r.subscribe(r.wake)()
+		defer r.subscribe(r)()
 	}
+	var wg sync.WaitGroup
+	for range r.config.Workers {
+		wake := make(chan struct{}, 1)
+		r.mu.Lock()
+		r.wakes[wake] = struct{}{}
+		r.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				r.mu.Lock()
+				delete(r.wakes, wake)
+				r.mu.Unlock()
+			}()
+			r.loop(ctx, wake)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop is one worker of Run.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
 	backoff := time.Duration(0)
 	rechecks := wakeRechecks // none until a wake
 	for ctx.Err() == nil {
 		res, err := r.RelayOnce(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		var wait time.Duration
 		switch {
@@ -243,8 +287,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil
-		case <-r.wake:
+			return
+		case <-wake:
 			rechecks = 0
 			if backoff > 0 {
 				// The broker or store is down: a wake does not cut the
@@ -252,7 +296,7 @@ func (r *Relay) Run(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					t.Stop()
-					return nil
+					return
 				case <-t.C:
 				}
 			}
@@ -260,7 +304,6 @@ func (r *Relay) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
-	return nil
 }
 
 // Result is what one relay round did.
