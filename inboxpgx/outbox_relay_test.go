@@ -98,3 +98,47 @@ func TestRelayRunWaitsOutAnUnreachableBroker(t *testing.T) {
 		return st.Pending == 0
 	})
 }
+
+// observer records what a relay reported.
+type observer struct {
+	claims, published, rejected atomic.Int64
+	parked                      chan *outbox.ParkEvent
+}
+
+func (o *observer) Claimed(_ context.Context, e *outbox.ClaimEvent) { o.claims.Add(int64(e.Rows)) }
+func (o *observer) Published(_ context.Context, e *outbox.PublishEvent) {
+	o.published.Add(int64(e.Confirmed))
+	o.rejected.Add(int64(e.Rejected))
+}
+func (o *observer) Parked(_ context.Context, e *outbox.ParkEvent) { o.parked <- e }
+
+// The relay tells its Observer about claims, publishes and parked events.
+func TestRelayObserver(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, _ := newDriver(t, inboxdriver.Tables{})
+	o, err := outbox.New(d, nil)
+	require.NoError(t, err)
+	ids, err := o.Enqueue(ctx, outbox.Message{Topic: "orders"}, outbox.Message{Topic: "bad"})
+	require.NoError(t, err)
+	obs := &observer{parked: make(chan *outbox.ParkEvent, 1)}
+	sink := &outbox.MemorySink{Reject: func(r outbox.Record) error {
+		if r.Topic == "bad" {
+			return errors.New("INVALID_TOPIC_EXCEPTION")
+		}
+		return nil
+	}}
+	r, err := o.NewRelay(sink, &outbox.RelayConfig{Observer: obs, MaxRejections: 1})
+	require.NoError(t, err)
+	res, err := r.RelayOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Parked)
+	require.EqualValues(t, 2, obs.claims.Load())
+	require.EqualValues(t, 1, obs.published.Load())
+	require.EqualValues(t, 1, obs.rejected.Load())
+	p := <-obs.parked
+	require.Equal(t, ids[1], p.ID)
+	require.Equal(t, "bad", p.Topic)
+	require.Equal(t, 1, p.Rejections)
+	require.ErrorContains(t, p.Err, "INVALID_TOPIC_EXCEPTION")
+}

@@ -391,8 +391,8 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			ids, err := o.Enqueue(ctx, outbox.Message{Topic: "a"}, outbox.Message{Topic: "b"}, outbox.Message{Topic: "c"})
 			requireNoError(t, "Enqueue", err)
 			store := x.outboxStore()
-			st, err := outbox.ReadStats(ctx, store, time.Now())
-			requireNoError(t, "ReadStats", err)
+			st, err := x.client(nil).OutboxStats(ctx)
+			requireNoError(t, "Client.OutboxStats", err)
 			requireEqual(t, "pending", st.Pending, int64(3))
 			requireEqual(t, "oldest pending", st.OldestPending.Equal(created), true)
 			if st.Lag < time.Minute {

@@ -22,6 +22,9 @@ const (
 	DefaultPollInterval       = time.Second
 	DefaultMaxRejections      = 10
 	DefaultUnavailableBackoff = 100 * time.Millisecond
+	// MaxBatchSize bounds RelayConfig.BatchSize, so that a claim's write-
+	// backs stay within every engine's limit on bind parameters.
+	MaxBatchSize = 5000
 	// MaxUnavailableBackoff caps the relay's pause while the broker or the
 	// store is unavailable.
 	MaxUnavailableBackoff = 30 * time.Second
@@ -136,8 +139,8 @@ func (c *RelayConfig) withDefaults() RelayConfig {
 
 func (c *RelayConfig) validate() error {
 	switch {
-	case c.BatchSize < 0:
-		return fmt.Errorf("outbox: RelayConfig.BatchSize must be positive, got %d", c.BatchSize)
+	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("outbox: RelayConfig.BatchSize must be from 1 to %d, got %d", MaxBatchSize, c.BatchSize)
 	case c.Workers < 0:
 		return fmt.Errorf("outbox: RelayConfig.Workers must be positive, got %d", c.Workers)
 	case c.Lease < 10*time.Millisecond:

@@ -5,36 +5,18 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
-// Stats describe an outbox table.
-type Stats struct {
-	// Pending counts the events not yet published, claimed or not; Parked
-	// those parked for an operator; Published those kept after publishing
-	// (RelayConfig.KeepPublished).
-	Pending   int64
-	Parked    int64
-	Published int64
-	// OldestPending is when the oldest pending event was enqueued, or zero.
-	OldestPending time.Time
-	// Lag is the age of the oldest pending event: how far the relays are
-	// behind. Zero when nothing is pending.
-	Lag time.Duration
-}
+// Stats describe an outbox table: its pending, parked and kept events,
+// and its lag.
+type Stats = inbox.OutboxStats
 
 // ReadStats counts the rows of the outbox in store, as of now. It reads
 // the whole table: use it for operations, not on a hot path.
 func ReadStats(ctx context.Context, store inboxdriver.OutboxAdmin, now time.Time) (*Stats, error) {
-	s, err := store.OutboxStats(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("outbox: stats: %w", classify(store, err))
-	}
-	out := &Stats{Pending: s.Pending, Parked: s.Parked, Published: s.Published, OldestPending: s.OldestPending}
-	if !s.OldestPending.IsZero() {
-		out.Lag = max(now.Sub(s.OldestPending), 0)
-	}
-	return out, nil
+	return inbox.ReadOutboxStats(ctx, store, now)
 }
 
 // Stats counts the outbox's rows; see ReadStats.
