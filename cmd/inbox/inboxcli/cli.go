@@ -41,8 +41,11 @@ var commands = map[string]command{
 	"chaos":       {summary: "kill real consumers at fault points and check exactly-once", run: runChaos},
 	"demo":        {summary: "the handler that ran twice: every fix the seed names, side by side", run: runDemo},
 	"deadletters": {summary: "messages that will not be applied: list, show, delete", run: runDeadLetters},
-	"outbox":      {summary: "the producer's events not yet published: stats, list, show, retry, park, unpark", run: runOutbox},
-	"relay":       {summary: "publish the outbox's events to Kafka", run: runRelay},
+
+	"outbox":             {summary: "the producer's events not yet published: stats, list, show, retry, park, unpark", run: runOutbox},
+	"relay":              {summary: "publish the outbox's events to Kafka", run: runRelay},
+	"chaos-outbox":       {summary: "kill producers, relays and consumers of the outbox and check exactly-once end to end", run: runChaosOutbox},
+	"chaos-outbox-child": {hidden: true, run: runChaosOutboxChild},
 
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},

@@ -115,3 +115,14 @@ func TestOutboxAndRelay(t *testing.T) {
 	require.Equal(t, 2, code)
 	requireOneLine(t, errOut)
 }
+
+func TestChaosOutboxFlags(t *testing.T) {
+	t.Parallel()
+	code, _, errOut := run(t, nil, "chaos-outbox", "--duration", "soon")
+	require.Equal(t, 2, code)
+	requireOneLine(t, errOut)
+	code, _, errOut = run(t, nil, "chaos-outbox", "--keys", "-1")
+	require.Equal(t, 1, code)
+	requireOneLine(t, errOut)
+	require.Contains(t, errOut, "Keys")
+}
