@@ -31,7 +31,21 @@
 // With Config.Ordered, each event with a key gets the next sequence number
 // of its key, in commit order, and relays publish a key's events in that
 // order (the header HeaderKeySeq carries it). An event that fails holds
-// back the later events of its key only.
+// back the later events of its key only. A key's events go to the sink one
+// call at a time, each after the one before was confirmed, so a key
+// publishes about one event per broker round trip; many keys publish in
+// parallel. Changing Ordered on a table with pending events of a key does
+// not reorder them.
+//
+// # Leases
+//
+// A relay that stalls past its lease (RelayConfig.Lease) while still
+// publishing may publish events that another relay has taken over: the same
+// ids again, which the consumer's inbox skips, and its write-back, fenced by
+// its token, changes nothing. In ordered mode such a stall can show a
+// consumer a key's earlier event again after a later one; it is a
+// duplicate, never a gap. Keep the lease well above a batch's publish time,
+// and the relays' clocks in step.
 //
 // # Inside a handler
 //
