@@ -225,6 +225,12 @@ type Tables struct {
 	// takeovers that found the same message first: a message that crashes
 	// its consumer every time. Defaults to "inbox_takeovers".
 	Takeovers string
+	// Outbox holds the producer's events until a relay has published
+	// them (package outbox). Defaults to "outbox".
+	Outbox string
+	// OutboxKeys holds the last sequence number of each message key, for
+	// the outbox's ordered mode. Defaults to "outbox_keys".
+	OutboxKeys string
 	// IDType is the type of the message_id column. Defaults to IDTypeUUID.
 	IDType IDType
 	// Layout is the inbox table's layout: LayoutPartitioned partitions it
@@ -240,6 +246,8 @@ const (
 	DefaultEffectsTable     = "inbox_effects"
 	DefaultMigrationsTable  = "inbox_migrations"
 	DefaultTakeoversTable   = "inbox_takeovers"
+	DefaultOutboxTable      = "outbox"
+	DefaultOutboxKeysTable  = "outbox_keys"
 )
 
 // WithDefaults returns t with empty fields set to their defaults.
@@ -258,6 +266,12 @@ func (t Tables) WithDefaults() Tables {
 	}
 	if t.Takeovers == "" {
 		t.Takeovers = DefaultTakeoversTable
+	}
+	if t.Outbox == "" {
+		t.Outbox = DefaultOutboxTable
+	}
+	if t.OutboxKeys == "" {
+		t.OutboxKeys = DefaultOutboxKeysTable
 	}
 	if t.IDType == "" {
 		t.IDType = IDTypeUUID

@@ -67,7 +67,7 @@ func (t Tables) named() []namedTable {
 	return []namedTable{
 		{"Inbox", t.Inbox}, {"DeadLetters", t.DeadLetters},
 		{"Effects", t.Effects}, {"Migrations", t.Migrations},
-		{"Takeovers", t.Takeovers},
+		{"Takeovers", t.Takeovers}, {"Outbox", t.Outbox}, {"OutboxKeys", t.OutboxKeys},
 	}
 }
 

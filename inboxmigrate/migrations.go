@@ -327,6 +327,7 @@ var migrations = []migration{
 				[]any{s.t.Schema, s.t.DeadLetters}
 		},
 	},
+	outboxMigration,
 }
 
 // inStore runs mg's applied query, if it has one for the dialect: checked

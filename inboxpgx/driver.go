@@ -40,6 +40,15 @@
 // write commits on its own connection while the handler's transaction holds
 // another, so a pool serving N concurrent handlers that use Effect needs
 // more than N connections.
+//
+// # Outbox
+//
+// The driver keeps the producer's outbox (package outbox) in the tables
+// Tables.Outbox and Tables.OutboxKeys: it implements
+// inboxdriver.OutboxStore. An enqueue is one INSERT over unnest, whatever
+// the number of events; a relay's claim sends the ordered and the
+// unordered claims in one round trip, each an UPDATE over rows locked with
+// FOR UPDATE SKIP LOCKED.
 package inboxpgx
 
 import (
@@ -85,6 +94,7 @@ type Driver struct {
 	q         queries
 	// partitions keeps the inbox's partitions, when it is partitioned.
 	partitions *pgpartition.Maintainer
+	oq         outboxQueries
 }
 
 var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -105,7 +115,7 @@ func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	if err := cfg.Partitions.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t)}
+	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t), oq: newOutboxQueries(t)}
 	d.partitions = pgpartition.New(partitionDB{d}, t, cfg.Partitions)
 	return d, nil
 }

@@ -167,6 +167,17 @@
 // inbox.Client.ResolveEffect, an operator's write, waits for the write lock
 // like any other writer.
 //
+// # Outbox
+//
+// The Driver keeps the producer's outbox (package outbox): it implements
+// inboxdriver.OutboxStore. An enqueue is one multi-row INSERT (up to 1,000
+// events a statement), in ordered mode after one upsert of the keys'
+// sequences (on MySQL, an upsert and a locking read). A relay's claim is a
+// short transaction: FOR UPDATE SKIP LOCKED on Postgres, MySQL and
+// MariaDB (at read committed on MySQL, whose gap locks would otherwise
+// deadlock two claims), and the write lock on SQLite, which serialises
+// claims. Any number of relays may run on each engine.
+//
 // # Errors
 //
 // [Driver.Classify] maps the engine's errors for the client:

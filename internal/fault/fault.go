@@ -45,10 +45,17 @@ const (
 	// EffectAfterCall is inside Client.Effect, after the remote call
 	// returned its result and before the step is recorded done.
 	EffectAfterCall Point = "effect-after-call"
+	// RelayAfterPublish is inside an outbox relay's round, after the broker
+	// confirmed the batch and before the relay deletes its rows.
+	RelayAfterPublish Point = "relay-after-publish"
+	// OutboxAfterEnqueue is in a producer's business transaction, after it
+	// enqueued its event and before it commits. The outbox's chaos
+	// producers inject it.
+	OutboxAfterEnqueue Point = "outbox-after-enqueue"
 )
 
 // Points lists every fault point.
-var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch, EffectAfterStarted, EffectAfterCall}
+var Points = []Point{AfterClaim, AfterEffectBeforeCommit, AfterCommitBeforeAck, MidBatch, EffectAfterStarted, EffectAfterCall, RelayAfterPublish, OutboxAfterEnqueue}
 
 var (
 	armed atomic.Bool

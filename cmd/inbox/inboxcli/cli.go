@@ -45,6 +45,11 @@ var commands = map[string]command{
 	"deadletters": {summary: "messages that will not be applied: list, show, replay, delete", run: runDeadLetters},
 	"partitions":  {summary: "the day partitions of a partitioned inbox: list, premake, drop", run: runPartitions},
 
+	"outbox":             {summary: "the producer's events not yet published: stats, list, show, retry, park, unpark", run: runOutbox},
+	"relay":              {summary: "publish the outbox's events to Kafka", run: runRelay},
+	"chaos-outbox":       {summary: "kill producers, relays and consumers of the outbox and check exactly-once end to end", run: runChaosOutbox},
+	"chaos-outbox-child": {hidden: true, run: runChaosOutboxChild},
+
 	"chaos-consumer": {hidden: true, run: runChaosConsumer},
 	"demo-consumer":  {hidden: true, run: runDemoConsumer},
 	"bench":          {summary: "measure the inbox against no dedup, check-then-insert and Redis SETNX", run: runBench},

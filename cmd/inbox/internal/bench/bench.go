@@ -50,6 +50,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/txinbox/inbox/outbox"
 )
 
 // DefaultDatabaseURL is the local test server.
@@ -105,6 +107,10 @@ type Config struct {
 	IDDuration time.Duration
 	// IDRounds is how many times each id kind runs.
 	IDRounds int
+	// OutboxEvents is how many events each drain of the outbox's relay
+	// section publishes. Zero leaves the section out, as does a run whose
+	// rows include no outbox row.
+	OutboxEvents int
 	// Seed seeds the message streams and the order of the rounds.
 	Seed uint64
 	// Log receives progress lines. Nil is silent.
@@ -129,6 +135,7 @@ func Quick() Config {
 		IDRows:        100_000,
 		IDDuration:    time.Second,
 		IDRounds:      2,
+		OutboxEvents:  20_000,
 		Seed:          1,
 	}
 }
@@ -144,6 +151,7 @@ func Full() Config {
 	c.IDRows = 1_000_000
 	c.IDDuration = 4 * time.Second
 	c.IDRounds = 3
+	c.OutboxEvents = 100_000
 	return c
 }
 
@@ -167,6 +175,8 @@ func (c *Config) validate() error {
 		return configErrorf("Config.PurgeBaseline must be positive, got %v", c.PurgeBaseline)
 	case c.IDRows < 0:
 		return configErrorf("Config.IDRows must not be negative, got %d", c.IDRows)
+	case c.OutboxEvents < 0:
+		return configErrorf("Config.OutboxEvents must not be negative, got %d", c.OutboxEvents)
 	case c.IDRows > 0 && (c.IDDuration <= 0 || c.IDRounds < 1):
 		return configErrorf("Config.IDDuration and Config.IDRounds must be positive, got %v and %d", c.IDDuration, c.IDRounds)
 	}
@@ -222,6 +232,7 @@ type bench struct {
 	// skipped are the rows left out because a resource they need could
 	// not be reached.
 	skipped []Skipped
+	outbox  *outbox.Outbox[pgx.Tx]
 	// opened holds the resources opened so far.
 	opened map[*resource]bool
 	// closers close what was opened, in reverse order, at the end.
@@ -260,6 +271,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if cfg.IDRows > 0 {
 		if rep.IDs, err = b.runIDs(ctx, rng); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.OutboxEvents > 0 && b.outboxRows() {
+		if rep.Outbox, err = b.runOutbox(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -15,9 +15,10 @@ import (
 type Report struct {
 	// Results has one entry per row and worker count, in the order of the
 	// rows and then of Config.Workers.
-	Results []Result     `json:"results"`
-	Purge   *PurgeResult `json:"purge,omitempty"`
-	IDs     *IDsResult   `json:"ids,omitempty"`
+	Results []Result      `json:"results"`
+	Purge   *PurgeResult  `json:"purge,omitempty"`
+	IDs     *IDsResult    `json:"ids,omitempty"`
+	Outbox  *OutboxResult `json:"outbox,omitempty"`
 	// Targets are the issue's ratios, computed from this run.
 	Targets []Ratio `json:"targets,omitempty"`
 	// Skipped are the rows left out because a server they need could not
@@ -262,6 +263,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		p("\np99 during ÷ without: %.2f; claims/s during ÷ without: %.2f.\n", pr.P99Ratio, pr.RateRatio)
 	}
+	if o := r.Outbox; o != nil {
+		p("\n## Outbox relay\n\n")
+		p("One relay (batch %d, %d batches in flight) drains %d events, enqueued beforehand: to a sink that keeps nothing (the store's share: claim and delete), and to kfake in this process, with acks. Latency is from a producer's commit to the broker's confirmation, one event at a time, the relay woken after the commit (%d events).\n\n",
+			o.Batch, o.Workers, o.Events, o.LatencySamples)
+		p("| null sink msgs/s | kfake msgs/s | p50 ms | p99 ms |\n| ---: | ---: | ---: | ---: |\n")
+		p("| %.0f | %.0f | %.2f | %.2f |\n", o.NullMsgsPerS, o.KafkaMsgsPerS, o.LatencyP50Ms, o.LatencyP99Ms)
+	}
 	if ids := r.IDs; ids != nil {
 		p("\n## Ids: UUIDv4 against UUIDv7\n\n")
 		cp := "right after a CHECKPOINT"
@@ -351,6 +359,12 @@ func (r *Report) Ratios() []Ratio {
 				out[n].ReportOnly = true
 			}
 		}
+	}
+	add("outbox-enqueue-1 ÷ bare, business tx/s at 8 workers (≥ 0.83: at most 20% added)", "outbox-enqueue-1", 8, "bare", 8, 0.83)
+	if o := r.Outbox; o != nil {
+		out = append(out,
+			Ratio{Name: "relay to kfake, msgs/s at batch 100 (≥ 25000)", Value: float64(int64(o.KafkaMsgsPerS)), Want: 25000, Met: o.KafkaMsgsPerS >= 25000},
+			Ratio{Name: "outbox commit-to-publish p50 ms, woken in process (≤ 10)", Value: o.LatencyP50Ms, Want: 10, Met: o.LatencyP50Ms <= 10, LessIsBetter: true})
 	}
 	if r.Purge != nil && r.Purge.Without.P99Ms > 0 {
 		v := r.Purge.P99Ratio

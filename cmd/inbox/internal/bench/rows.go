@@ -57,6 +57,11 @@ var rows = []*row{
 	{name: "inbox-duplicate", batch: 1, postgres: true, inbox: true, op: inboxDuplicate},
 	{name: "inbox-sqlite", batch: 1, needs: []*resource{sqliteResource}, op: inboxSQLite},
 	{name: "inbox-sqlite-batch-100", batch: 100, needs: []*resource{sqliteResource}, op: inboxSQLiteBatch},
+	// The bare row's transaction with events enqueued in the outbox: what
+	// the outbox costs a producer.
+	{name: "outbox-enqueue-1", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(1)},
+	{name: "outbox-enqueue-10", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(10)},
+	{name: "outbox-enqueue-100", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(100)},
 	{name: "kafka-inbox-batch-100", batch: 100, postgres: true, inbox: true, needs: []*resource{kafkaResource}, op: kafkaInboxBatch},
 	// Each broker's inbox row runs beside a bare ack loop on the same
 	// broker: the same messages taken and acknowledged, with no inbox and

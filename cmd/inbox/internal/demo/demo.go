@@ -94,6 +94,10 @@ type Config struct {
 	Command func(args []string) *exec.Cmd
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
+	// Producer adds the producer's side (see producer.go): the outbox,
+	// whose relay dies after Kafka confirmed, against a producer that
+	// mints a new id when it retries. Defaults to false.
+	Producer bool
 }
 
 // Result is the outcome of a run. Its JSON form is the contract of
@@ -104,6 +108,9 @@ type Result struct {
 	Store      string           `json:"store"`
 	Transport  string           `json:"transport"`
 	Strategies []StrategyResult `json:"strategies"`
+	// Producer is the producer's side, with Config.Producer: the outbox
+	// against a producer that mints a new id when it retries.
+	Producer *ProducerResult `json:"producer,omitempty"`
 }
 
 // StrategyResult counts, over both consumers, what one strategy did wrong.
@@ -324,6 +331,15 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 			return nil, err
 		}
 		res.Strategies = append(res.Strategies, *sr)
+	}
+	if cfg.Producer {
+		// The producer's side relays to Kafka; on another transport it
+		// is left out.
+		if k, ok := b.(*kafka); ok {
+			if res.Producer, err = runProducer(ctx, st, k, s); err != nil {
+				return nil, err
+			}
+		}
 	}
 	fmt.Fprintf(cfg.Log, "demo: done in %v\n", time.Since(start).Round(time.Millisecond))
 	return res, nil

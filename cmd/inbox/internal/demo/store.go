@@ -160,6 +160,8 @@ func (s *store) setup(ctx context.Context) error {
 		`CREATE TABLE dedup (strategy TEXT NOT NULL, consumer TEXT NOT NULL, dedup_key TEXT NOT NULL, PRIMARY KEY (strategy, consumer, dedup_key))`,
 		// The events each strategy decided to skip as duplicates.
 		`CREATE TABLE skipped (strategy TEXT NOT NULL, consumer TEXT NOT NULL, event_id TEXT NOT NULL)`,
+		// The orders of the producer side (producer.go).
+		`CREATE TABLE orders (strategy TEXT NOT NULL, id TEXT NOT NULL, account TEXT NOT NULL, cents BIGINT NOT NULL, PRIMARY KEY (strategy, id))`,
 	} {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("demo: create tables: %w", err)

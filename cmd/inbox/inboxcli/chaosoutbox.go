@@ -1,0 +1,82 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+
+	"github.com/txinbox/inbox/cmd/inbox/internal/bench"
+	"github.com/txinbox/inbox/cmd/inbox/internal/outboxchaos"
+)
+
+// errChaosFailed is the error of a chaos run whose invariants did not
+// hold; the report says which.
+var errChaosFailed = errors.New("an invariant did not hold")
+
+func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "chaos-outbox", "chaos-outbox [--duration 30s] [--json] [flags]")
+	databaseURL := fs.String("database-url", "", "the Postgres server; defaults to $DATABASE_URL, then the local test server")
+	duration := durationFlag{d: outboxchaos.DefaultDuration}
+	fs.Var(&duration, "duration", "how long processes are killed for (default 30s)")
+	producers := fs.Int("producers", outboxchaos.DefaultProducers, "producer processes")
+	relays := fs.Int("relays", outboxchaos.DefaultRelays, "relay processes")
+	consumers := fs.Int("consumers", outboxchaos.DefaultConsumers, "consumer processes")
+	keys := fs.Int("keys", outboxchaos.DefaultKeys, "keys the orders are spread over")
+	seed := fs.Uint64("seed", outboxchaos.DefaultSeed, "chooses which process each kill hits")
+	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
+	verbose := fs.Bool("v", false, "log progress to stderr")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	url := *databaseURL
+	if url == "" {
+		url = e.Getenv("DATABASE_URL")
+	}
+	if url == "" {
+		url = bench.DefaultDatabaseURL
+	}
+	self, err := os.Executable()
+	if err != nil {
+		self = e.Args0
+	}
+	var log io.Writer = io.Discard
+	if *verbose {
+		log = e.Stderr
+	}
+	res, err := outboxchaos.Run(ctx, outboxchaos.Config{
+		DatabaseURL: url, Duration: duration.d, Producers: *producers, Relays: *relays, Consumers: *consumers,
+		Keys: *keys, Seed: *seed, Log: log,
+		Command: func(args []string) *exec.Cmd {
+			return exec.Command(self, append([]string{"chaos-outbox-child"}, args...)...)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := json.NewEncoder(e.Stdout).Encode(res); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintf(e.Stdout, "%d orders committed; %d records on the topic, %d of them republished.\n", res.Orders, res.Records, res.Republished)
+		fmt.Fprintf(e.Stdout, "kills: %d producers, %d relays, %d consumers.\n", res.ProducerKills, res.RelayKills, res.ConsumerKills)
+		fmt.Fprintf(e.Stdout, "missing %d, orphans %d, double-applied %d, out of order %d: ", res.Missing, res.Orphans, res.DoubleApplied, res.OutOfOrder)
+		if res.OK {
+			fmt.Fprintln(e.Stdout, "every committed order applied exactly once, in order per key.")
+		} else {
+			fmt.Fprintln(e.Stdout, "FAILED.")
+		}
+	}
+	if !res.OK {
+		return errChaosFailed
+	}
+	return nil
+}
+
+func runChaosOutboxChild(ctx context.Context, e *Env, args []string) error {
+	return outboxchaos.RunChild(ctx, args, e.Stderr)
+}

@@ -1,0 +1,298 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/outbox"
+)
+
+// outboxFlags are the store flags of the outbox commands.
+func outboxFlags(fs *flagSet, sf *storeFlags) {
+	sf.register(fs)
+	fs.StringVar(&sf.tables.Outbox, "outbox-table", inboxdriver.DefaultOutboxTable, "the outbox table")
+	fs.StringVar(&sf.tables.OutboxKeys, "outbox-keys-table", inboxdriver.DefaultOutboxKeysTable, "the table of the outbox's key sequences (ordered mode)")
+}
+
+// withOutbox opens the store and runs fn with its outbox.
+func withOutbox(ctx context.Context, e *Env, sf *storeFlags, fn func(a inboxdriver.OutboxAdmin) error) error {
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	a, ok := s.admin.(inboxdriver.OutboxAdmin)
+	if !ok {
+		return fmt.Errorf("the store at %s keeps no outbox", s.where)
+	}
+	return fn(a)
+}
+
+func runOutbox(ctx context.Context, e *Env, args []string) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprintln(e.Stdout, "Usage: inbox outbox stats|list|show|retry|park|unpark [flags]\n\nRun 'inbox outbox <subcommand> -h' for its flags.\n\n"+
+				"The outbox holds the events that producers enqueued and no relay has published yet; 'inbox relay' publishes them.")
+			return nil
+		}
+		return usagef("want a subcommand: stats, list, show, retry, park or unpark")
+	}
+	sub, args := args[0], args[1:]
+	var sf storeFlags
+	switch sub {
+	case "stats":
+		fs := newFlags(e, "outbox stats", "outbox stats [--json] [flags]")
+		outboxFlags(fs, &sf)
+		asJSON := fs.Bool("json", false, "print one JSON object")
+		if err := parseFlags(fs, args, 0); err != nil {
+			return err
+		}
+		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+			st, err := outbox.ReadStats(ctx, a, time.Now())
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return json.NewEncoder(e.Stdout).Encode(outboxStatsJSON{
+					Pending: st.Pending, Parked: st.Parked, Published: st.Published,
+					OldestPending: st.OldestPending, LagSeconds: st.Lag.Seconds(),
+				})
+			}
+			fmt.Fprintf(e.Stdout, "pending    %d\nparked     %d\npublished  %d (kept)\n", st.Pending, st.Parked, st.Published)
+			if st.Pending > 0 {
+				fmt.Fprintf(e.Stdout, "lag        %s (the oldest pending event's age)\n", inbox.FormatDuration(st.Lag.Round(time.Millisecond)))
+			}
+			if st.Parked > 0 {
+				fmt.Fprintln(e.Stdout, "\nParked events wait for you: 'inbox outbox list --state parked', then 'inbox outbox unpark ID'.")
+			}
+			return nil
+		})
+	case "list":
+		fs := newFlags(e, "outbox list", "outbox list [--state pending|parked|published] [--limit N] [--json] [flags]")
+		outboxFlags(fs, &sf)
+		state := fs.String("state", "", "only events in this state: pending, parked or published")
+		limit := fs.Int("limit", 50, "at most this many, oldest first")
+		asJSON := fs.Bool("json", false, "print one JSON array")
+		if err := parseFlags(fs, args, 0); err != nil {
+			return err
+		}
+		switch inboxdriver.OutboxState(*state) {
+		case "", inboxdriver.OutboxPending, inboxdriver.OutboxParked, inboxdriver.OutboxPublished:
+		default:
+			return usagef("--state %q: want pending, parked or published", *state)
+		}
+		if *limit <= 0 {
+			return usagef("--limit %d: must be positive", *limit)
+		}
+		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+			rows, err := a.OutboxList(ctx, &inboxdriver.OutboxListParams{State: inboxdriver.OutboxState(*state), Limit: *limit})
+			if err != nil {
+				return fmt.Errorf("list the outbox: %w", err)
+			}
+			if *asJSON {
+				out := make([]outboxRowJSON, 0, len(rows))
+				for _, r := range rows {
+					out = append(out, outboxJSON(r))
+				}
+				return json.NewEncoder(e.Stdout).Encode(out)
+			}
+			if len(rows) == 0 {
+				fmt.Fprintln(e.Stdout, "no events")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tREJECTIONS\tAGE\tLAST ERROR")
+			now := time.Now()
+			for _, r := range rows {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Topic, printable(r.Key, 24), rowState(r), r.Attempts,
+					inbox.FormatDuration(now.Sub(r.CreatedAt).Round(time.Second)), oneLine(clipText(r.LastError, 60)))
+			}
+			return tw.Flush()
+		})
+	case "show", "retry", "park", "unpark":
+		fs := newFlags(e, "outbox "+sub, "outbox "+sub+" ID [flags]")
+		outboxFlags(fs, &sf)
+		asJSON := fs.Bool("json", false, "print one JSON object (show)")
+		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			args = append(args[1:], args[0])
+		}
+		if err := parseFlags(fs, args, 1); err != nil {
+			return err
+		}
+		if fs.NArg() != 1 {
+			return usagef("want the event's id: inbox outbox %s ID", sub)
+		}
+		id, err := outboxID(&sf, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+			if sub == "show" {
+				r, err := a.OutboxGet(ctx, id)
+				if errors.Is(err, inboxdriver.ErrNotFound) {
+					return fmt.Errorf("no event %s in the outbox: %w", id, inbox.ErrNotFound)
+				}
+				if err != nil {
+					return fmt.Errorf("read event %s: %w", id, err)
+				}
+				if *asJSON {
+					return json.NewEncoder(e.Stdout).Encode(outboxJSON(r))
+				}
+				printOutboxRow(e, r)
+				return nil
+			}
+			action := map[string]inboxdriver.OutboxAction{
+				"retry": inboxdriver.OutboxRetryNow, "park": inboxdriver.OutboxParkRow, "unpark": inboxdriver.OutboxUnpark,
+			}[sub]
+			ok, err := a.OutboxSet(ctx, &inboxdriver.OutboxSetParams{ID: id, Action: action, Now: time.Now()})
+			if err != nil {
+				return fmt.Errorf("%s event %s: %w", sub, id, err)
+			}
+			if !ok {
+				want := map[string]string{"retry": "pending", "park": "pending", "unpark": "parked"}[sub]
+				return fmt.Errorf("no %s event %s in the outbox: %w", want, id, inbox.ErrNotFound)
+			}
+			fmt.Fprintf(e.Stdout, "%s: %s\n", map[string]string{
+				"retry": "available to the relays now", "park": "parked: no relay publishes it until you unpark it",
+				"unpark": "pending again, with a fresh budget of rejections",
+			}[sub], id)
+			return nil
+		})
+	default:
+		return usagef("unknown subcommand %q: want stats, list, show, retry, park or unpark", sub)
+	}
+}
+
+// outboxID canonicalises an event id as the store's id column holds it.
+func outboxID(sf *storeFlags, raw string) (string, error) {
+	format := inbox.IDFormatUUID
+	if sf.idType == string(inboxdriver.IDTypeText) {
+		format = inbox.IDFormatText
+	}
+	id, err := format.CanonicalID(raw)
+	if err != nil {
+		return "", usagef("%v", err)
+	}
+	return id, nil
+}
+
+func rowState(r *inboxdriver.OutboxRow) string {
+	switch {
+	case !r.PublishedAt.IsZero():
+		return "published"
+	case !r.ParkedAt.IsZero():
+		return "parked"
+	case r.Claimed && r.AvailableAt.After(time.Now()):
+		return "claimed"
+	case r.AvailableAt.After(time.Now()):
+		return "backoff"
+	default:
+		return "pending"
+	}
+}
+
+func printOutboxRow(e *Env, r *inboxdriver.OutboxRow) {
+	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "id\t%s\n", r.ID)
+	fmt.Fprintf(tw, "topic\t%s\n", r.Topic)
+	fmt.Fprintf(tw, "key\t%s\n", printable(r.Key, 200))
+	if r.KeySeq > 0 {
+		fmt.Fprintf(tw, "key sequence\t%d\n", r.KeySeq)
+	}
+	if r.CausationID != "" {
+		fmt.Fprintf(tw, "caused by\t%s\n", r.CausationID)
+	}
+	fmt.Fprintf(tw, "state\t%s\n", rowState(r))
+	fmt.Fprintf(tw, "enqueued\t%s\n", r.CreatedAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "available\t%s\n", r.AvailableAt.Format(time.RFC3339Nano))
+	fmt.Fprintf(tw, "rejections\t%d\n", r.Attempts)
+	if r.LastError != "" {
+		fmt.Fprintf(tw, "last error\t%s\n", oneLine(r.LastError))
+	}
+	if !r.ParkedAt.IsZero() {
+		fmt.Fprintf(tw, "parked\t%s\n", r.ParkedAt.Format(time.RFC3339Nano))
+	}
+	if !r.PublishedAt.IsZero() {
+		fmt.Fprintf(tw, "published\t%s\n", r.PublishedAt.Format(time.RFC3339Nano))
+	}
+	for k, v := range r.Headers {
+		fmt.Fprintf(tw, "header %s\t%s\n", k, v)
+	}
+	fmt.Fprintf(tw, "payload\t%s\n", printable(r.Payload, 2000))
+	tw.Flush()
+}
+
+// printable shows b as text when it is printable UTF-8, clipped to max
+// bytes, and otherwise as its length.
+func printable(b []byte, max int) string {
+	if b == nil {
+		return "-"
+	}
+	if !utf8.Valid(b) || strings.ContainsFunc(string(b), func(r rune) bool { return r < ' ' && r != '\t' }) {
+		return fmt.Sprintf("(%d bytes of binary)", len(b))
+	}
+	return clipText(string(b), max)
+}
+
+func clipText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	for max > 0 && !utf8.RuneStart(s[max]) {
+		max--
+	}
+	return s[:max] + "…"
+}
+
+type outboxStatsJSON struct {
+	Pending       int64     `json:"pending"`
+	Parked        int64     `json:"parked"`
+	Published     int64     `json:"published"`
+	OldestPending time.Time `json:"oldest_pending,omitzero"`
+	LagSeconds    float64   `json:"lag_seconds"`
+}
+
+// outboxRowJSON is the JSON form of an outbox row. A key or payload that is
+// not UTF-8 text is given as a base64 string.
+type outboxRowJSON struct {
+	ID          string            `json:"id"`
+	Topic       string            `json:"topic"`
+	Key         any               `json:"key"`
+	KeySeq      int64             `json:"key_seq,omitempty"`
+	CausationID string            `json:"causation_id,omitempty"`
+	State       string            `json:"state"`
+	Rejections  int               `json:"rejections"`
+	LastError   string            `json:"last_error,omitempty"`
+	CreatedAt   time.Time         `json:"created_at"`
+	AvailableAt time.Time         `json:"available_at"`
+	ParkedAt    time.Time         `json:"parked_at,omitzero"`
+	PublishedAt time.Time         `json:"published_at,omitzero"`
+	Headers     map[string]string `json:"headers"`
+	Payload     any               `json:"payload"`
+}
+
+func outboxJSON(r *inboxdriver.OutboxRow) outboxRowJSON {
+	text := func(b []byte) any {
+		if b == nil {
+			return nil
+		}
+		if utf8.Valid(b) {
+			return string(b)
+		}
+		return b // base64
+	}
+	return outboxRowJSON{
+		ID: r.ID, Topic: r.Topic, Key: text(r.Key), KeySeq: r.KeySeq, CausationID: r.CausationID,
+		State: rowState(r), Rejections: r.Attempts, LastError: r.LastError,
+		CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt, ParkedAt: r.ParkedAt, PublishedAt: r.PublishedAt,
+		Headers: r.Headers, Payload: text(r.Payload),
+	}
+}

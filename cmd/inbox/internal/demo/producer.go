@@ -1,0 +1,359 @@
+package demo
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxkafka"
+	"github.com/txinbox/inbox/inboxsql"
+	"github.com/txinbox/inbox/internal/fault"
+	"github.com/txinbox/inbox/internal/uuid"
+	"github.com/txinbox/inbox/outbox"
+)
+
+// The producer's side of the story. The events so far came with stable
+// ids; here the demo makes them. A producer records each order and
+// publishes a PaymentCaptured event for it, in two ways:
+//
+//   - outbox: the event is enqueued in the order's transaction, with an id
+//     minted then; a relay dies after Kafka confirmed its first batch and
+//     before it deleted the rows, and the next relay publishes that batch
+//     again, with the same ids;
+//   - new-id-on-retry: the event is produced after the commit, and a
+//     producer whose produce timed out (Kafka had the record; the answer was
+//     lost) produces it again with a new id, as code that mints the id in
+//     the send does.
+//
+// One consumer, the same inbox consumer for both, charges each order's
+// account. Only the outbox charges each order once.
+
+// ProducerStrategies are the producer-side strategies, in the order shown.
+var ProducerStrategies = []string{"outbox", "new-id-on-retry"}
+
+// ProducerResult is the producer side of a run, in 'inbox demo --json'.
+type ProducerResult struct {
+	Orders int `json:"orders"`
+	// RelayCrashes counts the relays that died after the broker confirmed
+	// and before they deleted their rows; Republished the events the next
+	// relay published again, with the same ids.
+	RelayCrashes int `json:"relay_crashes"`
+	Republished  int `json:"republished"`
+	// LostAcks counts the produces whose answer the new-id-on-retry
+	// producer did not get, and so sent again.
+	LostAcks   int                    `json:"lost_acks"`
+	Strategies []ProducerStrategyStat `json:"strategies"`
+}
+
+// ProducerStrategyStat counts what one producer strategy did to the
+// consumer.
+type ProducerStrategyStat struct {
+	Name string `json:"name"`
+	// Records is how many records the strategy put on the topic.
+	Records int `json:"records"`
+	// DoubleCharged counts the extra charges of orders charged more than
+	// once; Lost the orders never charged.
+	DoubleCharged int  `json:"double_charged"`
+	Lost          int  `json:"lost"`
+	BalanceOK     bool `json:"balance_ok"`
+	// Cents and WantCents are the charges, as made and as ordered.
+	Cents     int64 `json:"cents"`
+	WantCents int64 `json:"want_cents"`
+}
+
+// producerOrders is how many orders each producer strategy records.
+const producerOrders = 12
+
+// lostAckEvery is which produces of the new-id-on-retry producer lose their
+// answer: every lostAckEvery-th.
+const lostAckEvery = 4
+
+// payment is a PaymentCaptured event's body: the order it charges.
+type payment struct {
+	Order   string `json:"order"`
+	Account string `json:"account"`
+	Cents   int64  `json:"cents"`
+}
+
+// runProducer runs the producer side of the demo on st and a topic of its
+// own in k.
+func runProducer(ctx context.Context, st *store, k *kafka, s *scenario) (*ProducerResult, error) {
+	d, err := inboxsql.New(st.db, engine(st.dialect), &inboxsql.Config{Tables: inboxdriver.Tables{Schema: st.schema}})
+	if err != nil {
+		return nil, err
+	}
+	client, err := inbox.NewClient(d, nil)
+	if err != nil {
+		return nil, err
+	}
+	o, err := outbox.New(d, nil)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.seeds...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	res := &ProducerResult{Orders: producerOrders}
+	for _, name := range ProducerStrategies {
+		topic := k.topic + "-" + name
+		if err := createTopic(ctx, k.seeds, topic); err != nil {
+			return nil, err
+		}
+		orders := make([]payment, producerOrders)
+		for i := range orders {
+			e := s.events[i%len(s.events)]
+			orders[i] = payment{Order: fmt.Sprintf("%s-order-%d", name, i+1), Account: e.Account, Cents: e.Cents}
+		}
+		var records int
+		switch name {
+		case "outbox":
+			records, err = produceWithOutbox(ctx, st, o, cl, topic, orders, res)
+		default:
+			records, err = produceNewIDOnRetry(ctx, st, cl, topic, orders, res)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("demo: producer %s: %w", name, err)
+		}
+		if err := consumePayments(ctx, st, client, k, topic, name, records); err != nil {
+			return nil, fmt.Errorf("demo: producer %s: consume: %w", name, err)
+		}
+		stat, err := st.tallyPayments(ctx, name, orders)
+		if err != nil {
+			return nil, err
+		}
+		stat.Records = records
+		res.Strategies = append(res.Strategies, *stat)
+	}
+	return res, nil
+}
+
+// recordOrder writes an order in tx.
+func recordOrder(ctx context.Context, st *store, tx *sql.Tx, strategy string, p payment) error {
+	_, err := tx.ExecContext(ctx, st.q(`INSERT INTO orders (strategy, id, account, cents) VALUES (?, ?, ?, ?)`), strategy, p.Order, p.Account, p.Cents)
+	return err
+}
+
+// produceWithOutbox records each order with its event in one transaction,
+// then relays: the first relay dies after Kafka confirmed its batch, the
+// second publishes everything when the first one's lease has run out.
+func produceWithOutbox(ctx context.Context, st *store, o *outbox.Outbox[*sql.Tx], cl *kgo.Client, topic string, orders []payment, res *ProducerResult) (int, error) {
+	for _, p := range orders {
+		tx, err := st.db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		body, _ := json.Marshal(p)
+		if err := recordOrder(ctx, st, tx, "outbox", p); err != nil {
+			_ = tx.Rollback()
+			return 0, err
+		}
+		if _, err := o.EnqueueTx(ctx, tx, outbox.Message{Topic: topic, Key: []byte(p.Account), Payload: body}); err != nil {
+			_ = tx.Rollback()
+			return 0, err
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+	}
+	sink := inboxkafka.NewOutboxSink(cl)
+	first, err := o.NewRelay(sink, &outbox.RelayConfig{BatchSize: producerOrders / 2})
+	if err != nil {
+		return 0, err
+	}
+	// The first relay's goroutine ends at the fault point, after Kafka
+	// confirmed and before the delete: nothing after it runs, as if its
+	// process had been killed there.
+	var survived bool
+	died := make(chan struct{})
+	go func() {
+		defer close(died)
+		crashCtx := fault.WithHook(ctx, func(p fault.Point) {
+			if p == fault.RelayAfterPublish {
+				runtime.Goexit()
+			}
+		})
+		_, _ = first.RelayOnce(crashCtx)
+		survived = true // not reached
+	}()
+	<-died
+	if survived {
+		return 0, errors.New("the first relay did not die at its fault point")
+	}
+	res.RelayCrashes++
+	res.Republished += producerOrders / 2
+	second, err := o.NewRelay(sink, &outbox.RelayConfig{Now: func() time.Time { return time.Now().Add(outbox.DefaultLease + time.Minute) }})
+	if err != nil {
+		return 0, err
+	}
+	published := 0
+	for range producerOrders {
+		r, err := second.RelayOnce(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if r.Claimed == 0 {
+			break
+		}
+		published += r.Published
+	}
+	if published != producerOrders {
+		return 0, fmt.Errorf("the second relay published %d of %d events", published, producerOrders)
+	}
+	return producerOrders + producerOrders/2, nil
+}
+
+// produceNewIDOnRetry records each order, commits, and then produces its
+// event with an id minted in the send. Every lostAckEvery-th produce loses
+// its answer although Kafka stored the record, and the producer sends the
+// event again, minting a new id.
+func produceNewIDOnRetry(ctx context.Context, st *store, cl *kgo.Client, topic string, orders []payment, res *ProducerResult) (int, error) {
+	records := 0
+	for i, p := range orders {
+		tx, err := st.db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		if err := recordOrder(ctx, st, tx, "new-id-on-retry", p); err != nil {
+			_ = tx.Rollback()
+			return 0, err
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+		body, _ := json.Marshal(p)
+		for attempt := 1; attempt <= 2; attempt++ {
+			rec := &kgo.Record{Topic: topic, Key: []byte(p.Account), Value: body,
+				Headers: []kgo.RecordHeader{{Key: outbox.HeaderEventID, Value: []byte(uuid.V7(time.Now()))}}}
+			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				return 0, err
+			}
+			records++
+			if (i+1)%lostAckEvery != 0 || attempt == 2 {
+				break
+			}
+			res.LostAcks++ // the answer was lost: send again
+		}
+	}
+	return records, nil
+}
+
+// consumePayments reads want records from topic and charges each with the
+// inbox, keyed by the event-id header, as consumer "payments".
+func consumePayments(ctx context.Context, st *store, client *inbox.Client[*sql.Tx], k *kafka, topic, strategy string, want int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.seeds...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	charge := inbox.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
+		var p payment
+		if err := json.Unmarshal(m.Payload, &p); err != nil {
+			return inbox.Permanent(err)
+		}
+		return apply(ctx, st.dialect, tx, "producer-"+strategy, "billing", event{ID: p.Order, Account: p.Account, Cents: p.Cents})
+	})
+	key := inbox.HeaderKey(outbox.HeaderEventID)
+	got := 0
+	deadline := time.Now().Add(time.Minute)
+	for got < want {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("read %d of %d records within a minute", got, want)
+		}
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		fetches := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var perr error
+		fetches.EachRecord(func(r *kgo.Record) {
+			if perr != nil {
+				return
+			}
+			m := inbox.Message{Payload: r.Value, Headers: map[string]string{}}
+			for _, h := range r.Headers {
+				m.Headers[h.Key] = string(h.Value)
+			}
+			if m.ID, perr = key(m); perr != nil {
+				return
+			}
+			_, perr = client.Process(ctx, "payments-"+strategy, m, charge)
+			got++
+		})
+		if perr != nil {
+			return perr
+		}
+	}
+	return nil
+}
+
+// tallyPayments counts the charges of strategy's orders.
+func (s *store) tallyPayments(ctx context.Context, strategy string, orders []payment) (*ProducerStrategyStat, error) {
+	stat := &ProducerStrategyStat{Name: strategy}
+	rows, err := s.db.QueryContext(ctx, s.q(`SELECT event_id, count(*) FROM applied WHERE strategy = ? GROUP BY event_id`), "producer-"+strategy)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	charged := map[string]int{}
+	for rows.Next() {
+		var id string
+		var n int
+		if err := rows.Scan(&id, &n); err != nil {
+			return nil, err
+		}
+		charged[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for _, p := range orders {
+		stat.WantCents += p.Cents
+		stat.Cents += p.Cents * int64(charged[p.Order])
+		switch n := charged[p.Order]; {
+		case n == 0:
+			stat.Lost++
+		case n > 1:
+			stat.DoubleCharged += n - 1
+		}
+	}
+	stat.BalanceOK = stat.Cents == stat.WantCents
+	return stat, nil
+}
+
+// createTopic creates a one-partition topic, on kfake or a real cluster.
+func createTopic(ctx context.Context, seeds []string, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrCreateTopicsRequest()
+	t := kmsg.NewCreateTopicsRequestTopic()
+	t.Topic, t.NumPartitions, t.ReplicationFactor = topic, 1, -1
+	req.Topics = append(req.Topics, t)
+	req.TimeoutMillis = 30_000
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("demo: create topic %s: %w", topic, err)
+	}
+	for _, rt := range resp.Topics {
+		if err := kerr.ErrorForCode(rt.ErrorCode); err != nil {
+			return fmt.Errorf("demo: create topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}

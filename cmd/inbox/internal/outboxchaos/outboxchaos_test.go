@@ -1,0 +1,57 @@
+package outboxchaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb creates schemas with
+
+	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/testdb"
+)
+
+// The children of a run are this test binary, run again with
+// INBOX_OUTBOX_CHAOS_CHILD set.
+func TestMain(m *testing.M) {
+	if os.Getenv("INBOX_OUTBOX_CHAOS_CHILD") == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := RunChild(ctx, os.Args[1:], os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "outbox chaos child:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	testdb.Main(m)
+}
+
+// A short run kills producers, relays and consumers, relays among them
+// after Kafka confirmed, and every invariant holds.
+func TestRun(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Config{
+		DatabaseURL: testdb.URL(t),
+		Duration:    12 * time.Second,
+		Command: func(args []string) *exec.Cmd {
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), "INBOX_OUTBOX_CHAOS_CHILD=1")
+			return cmd
+		},
+		Log: t.Output(),
+	})
+	require.NoError(t, err)
+	t.Logf("%+v", *res)
+	require.True(t, res.OK, "%+v", *res)
+	require.Positive(t, res.Orders)
+	require.Positive(t, res.RelayKills, "a relay was killed")
+	require.Positive(t, res.Republished, "a killed relay's events were published again")
+	require.Positive(t, res.ProducerKills+res.ConsumerKills)
+}

@@ -1,0 +1,296 @@
+package inboxpgx
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+var _ inboxdriver.OutboxStore[pgx.Tx] = (*Driver)(nil)
+
+// outboxQueries are the outbox's statements, rendered once.
+type outboxQueries struct {
+	enqueue, enqueueOrdered, enqueueOne string
+	claim, claimOrdered                 string
+	ack, ackKeep, reject, release       string
+	stats, list, get                    string
+	retry, park, unpark                 string
+	purgePublished                      string
+}
+
+// outboxCols are the columns scanRow reads, in order.
+const outboxCols = `id::text, topic, msg_key, coalesce(key_seq, 0), headers, payload, coalesce(causation_id, ''),
+       created_at, available_at, attempts, coalesce(last_error, ''), claim_token IS NOT NULL, published_at, parked_at`
+
+func newOutboxQueries(t inboxdriver.Tables) outboxQueries {
+	pg := inboxdriver.DialectPostgres
+	ob := t.Qualify(pg, t.Outbox)
+	keys := t.Qualify(pg, t.OutboxKeys)
+	idArray := "uuid[]"
+	if t.IDType == inboxdriver.IDTypeText {
+		idArray = "text[]"
+	}
+	const insertCols = ` (id, topic, msg_key, key_seq, headers, payload, causation_id, created_at, available_at)`
+	unnest := `unnest($1::` + idArray + `, $2::text[], $3::bytea[], $4::text[], $5::bytea[], $6::text[])`
+	// oCols are outboxCols for a statement where the table is aliased o.
+	const oCols = `o.id::text, o.topic, o.msg_key, coalesce(o.key_seq, 0), o.headers, o.payload, coalesce(o.causation_id, ''),
+       o.created_at, o.available_at, o.attempts, coalesce(o.last_error, ''), o.claim_token IS NOT NULL, o.published_at, o.parked_at`
+	return outboxQueries{
+		// One event, the commonest enqueue, as plain VALUES: cheaper for
+		// the server than unnest over one-element arrays.
+		enqueueOne: `INSERT INTO ` + ob + insertCols + `
+VALUES ($1, $2, $3, NULL, $4::jsonb, $5, NULLIF($6, ''), $7, $7)`,
+		enqueue: `INSERT INTO ` + ob + insertCols + `
+SELECT u.id, u.topic, u.k, NULL, u.h::jsonb, u.p, NULLIF(u.c, ''), $7, $7
+  FROM ` + unnest + ` AS u(id, topic, k, h, p, c)`,
+		// Ordered: one upsert takes each key's sequence numbers for the
+		// whole enqueue, in key order (so two enqueues lock keys in the
+		// same order), and its row lock holds the next producer of the key
+		// until this transaction ends. The rows of a key are numbered in
+		// the order of the enqueue.
+		enqueueOrdered: `WITH m AS (
+    SELECT * FROM ` + unnest + ` WITH ORDINALITY AS u(id, topic, k, h, p, c, n)
+), ks AS (
+    INSERT INTO ` + keys + ` AS ks (msg_key, last_seq)
+    SELECT k, count(*) FROM m WHERE k IS NOT NULL GROUP BY k ORDER BY k
+    ON CONFLICT (msg_key) DO UPDATE SET last_seq = ks.last_seq + EXCLUDED.last_seq
+    RETURNING msg_key, last_seq
+)
+INSERT INTO ` + ob + insertCols + `
+SELECT m.id, m.topic, m.k,
+       CASE WHEN m.k IS NULL THEN NULL ELSE ks.last_seq - count(*) OVER w + row_number() OVER w END,
+       m.h::jsonb, m.p, NULLIF(m.c, ''), $7, $7
+  FROM m LEFT JOIN ks ON ks.msg_key = m.k
+WINDOW w AS (PARTITION BY m.k ORDER BY m.n ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)`,
+		claim: `WITH c AS (
+    SELECT id FROM ` + ob + `
+     WHERE published_at IS NULL AND parked_at IS NULL AND key_seq IS NULL AND available_at <= $1
+     ORDER BY available_at LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM c WHERE o.id = c.id
+RETURNING ` + oCols,
+		// Ordered: the heads are the ready rows of keys with no earlier row
+		// left, locked; behind each head, the run of its key's next rows up
+		// to the first that is parked or not ready. No other claim can take
+		// a run's rows while its head stands, so only the heads are locked.
+		// The runs are cut to the limit by position, which keeps a prefix of
+		// each key.
+		claimOrdered: `WITH heads AS (
+    SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
+     WHERE h.published_at IS NULL AND h.parked_at IS NULL AND h.key_seq IS NOT NULL AND h.available_at <= $1
+       AND NOT EXISTS (SELECT FROM ` + ob + ` AS e
+                        WHERE e.msg_key = h.msg_key AND e.key_seq < h.key_seq AND e.published_at IS NULL)
+     ORDER BY h.available_at LIMIT $2
+       FOR UPDATE OF h SKIP LOCKED
+), run AS (
+    SELECT r.id FROM heads CROSS JOIN LATERAL (
+        SELECT x.id, x.rn FROM (
+            SELECT s.id, row_number() OVER (ORDER BY s.key_seq) AS rn,
+                   bool_and(s.parked_at IS NULL AND s.available_at <= $1) OVER (ORDER BY s.key_seq) AS ready
+              FROM ` + ob + ` AS s
+             WHERE s.msg_key = heads.msg_key AND s.key_seq >= heads.key_seq AND s.published_at IS NULL
+             ORDER BY s.key_seq LIMIT $2
+        ) AS x WHERE x.ready
+    ) AS r
+    ORDER BY r.rn LIMIT $2
+)
+UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
+RETURNING ` + oCols,
+		ack:     `DELETE FROM ` + ob + ` WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`,
+		ackKeep: `UPDATE ` + ob + ` SET published_at = $3, claim_token = NULL WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`,
+		reject: `UPDATE ` + ob + `
+   SET attempts = attempts + 1, last_error = $3, claim_token = NULL, available_at = $4,
+       parked_at = CASE WHEN $5 THEN $6::timestamptz END
+ WHERE id = $1 AND claim_token = $2`,
+		release: `UPDATE ` + ob + ` SET claim_token = NULL, available_at = $3 WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`,
+		stats: `SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL),
+       count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NOT NULL),
+       count(*) FILTER (WHERE published_at IS NOT NULL),
+       min(created_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL)
+  FROM ` + ob,
+		list: `SELECT ` + outboxCols + ` FROM ` + ob + `
+ WHERE $1 = ''
+    OR ($1 = 'pending' AND published_at IS NULL AND parked_at IS NULL)
+    OR ($1 = 'parked' AND published_at IS NULL AND parked_at IS NOT NULL)
+    OR ($1 = 'published' AND published_at IS NOT NULL)
+ ORDER BY created_at, id LIMIT $2`,
+		get:    `SELECT ` + outboxCols + ` FROM ` + ob + ` WHERE id = $1`,
+		retry:  `UPDATE ` + ob + ` SET available_at = $2 WHERE id = $1 AND published_at IS NULL AND parked_at IS NULL`,
+		park:   `UPDATE ` + ob + ` SET parked_at = $2, claim_token = NULL WHERE id = $1 AND published_at IS NULL AND parked_at IS NULL`,
+		unpark: `UPDATE ` + ob + ` SET parked_at = NULL, attempts = 0, available_at = $2 WHERE id = $1 AND published_at IS NULL AND parked_at IS NOT NULL`,
+		purgePublished: `DELETE FROM ` + ob + ` WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + ob + ` WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`,
+	}
+}
+
+// OutboxBegin implements inboxdriver.OutboxStore.
+func (d *Driver) OutboxBegin(ctx context.Context) (pgx.Tx, error) {
+	return d.pool.BeginTx(ctx, d.txOptions)
+}
+
+// OutboxEnqueue implements inboxdriver.OutboxStore with one INSERT over
+// unnest, whatever the number of rows.
+func (d *Driver) OutboxEnqueue(ctx context.Context, tx pgx.Tx, p *inboxdriver.OutboxEnqueueParams) error {
+	n := len(p.Rows)
+	if n == 1 && !p.Ordered {
+		r := p.Rows[0]
+		h, err := encodeHeaders(r.Headers)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, d.oq.enqueueOne, r.ID, r.Topic, r.Key, h, r.Payload, r.CausationID, r.CreatedAt)
+		return err
+	}
+	ids, topics, headers, causes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	keys, payloads := make([][]byte, n), make([][]byte, n)
+	for i, r := range p.Rows {
+		ids[i], topics[i], keys[i], payloads[i], causes[i] = r.ID, r.Topic, r.Key, r.Payload, r.CausationID
+		h, err := encodeHeaders(r.Headers)
+		if err != nil {
+			return err
+		}
+		headers[i] = h
+	}
+	q := d.oq.enqueue
+	if p.Ordered {
+		q = d.oq.enqueueOrdered
+	}
+	var created time.Time
+	if n > 0 {
+		created = p.Rows[0].CreatedAt
+	}
+	_, err := tx.Exec(ctx, q, ids, topics, keys, headers, payloads, causes, created)
+	return err
+}
+
+// OutboxClaim implements inboxdriver.OutboxAdmin: the ordered and the
+// unordered claims go in one round trip, each its own short transaction.
+// Each takes at most p.Limit rows.
+func (d *Driver) OutboxClaim(ctx context.Context, p *inboxdriver.OutboxClaimParams) ([]*inboxdriver.OutboxRow, error) {
+	var out []*inboxdriver.OutboxRow
+	b := &pgx.Batch{}
+	for _, q := range []string{d.oq.claimOrdered, d.oq.claim} {
+		b.Queue(q, p.Now, p.Limit, p.Token, p.LeaseUntil).Query(func(rows pgx.Rows) error {
+			rs, err := pgx.CollectRows(rows, scanOutboxRow)
+			out = append(out, rs...)
+			return err
+		})
+	}
+	if err := d.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	inboxdriver.SortOutboxRows(out)
+	return out, nil
+}
+
+// OutboxAck implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxAck(ctx context.Context, p *inboxdriver.OutboxAckParams) (int64, error) {
+	if p.Keep {
+		ct, err := d.pool.Exec(ctx, d.oq.ackKeep, p.IDs, p.Token, p.Now)
+		return ct.RowsAffected(), err
+	}
+	ct, err := d.pool.Exec(ctx, d.oq.ack, p.IDs, p.Token)
+	return ct.RowsAffected(), err
+}
+
+// OutboxReject implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxReject(ctx context.Context, p *inboxdriver.OutboxRejectParams) (bool, error) {
+	ct, err := d.pool.Exec(ctx, d.oq.reject, p.ID, p.Token, p.Error, p.AvailableAt, p.Park, p.Now)
+	return ct.RowsAffected() == 1, err
+}
+
+// OutboxRelease implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxRelease(ctx context.Context, p *inboxdriver.OutboxReleaseParams) (int64, error) {
+	ct, err := d.pool.Exec(ctx, d.oq.release, p.IDs, p.Token, p.AvailableAt)
+	return ct.RowsAffected(), err
+}
+
+// OutboxStats implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxStats(ctx context.Context) (*inboxdriver.OutboxStats, error) {
+	s := &inboxdriver.OutboxStats{}
+	var oldest *time.Time
+	if err := d.pool.QueryRow(ctx, d.oq.stats).Scan(&s.Pending, &s.Parked, &s.Published, &oldest); err != nil {
+		return nil, err
+	}
+	if oldest != nil {
+		s.OldestPending = oldest.UTC()
+	}
+	return s, nil
+}
+
+// OutboxList implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxList(ctx context.Context, p *inboxdriver.OutboxListParams) ([]*inboxdriver.OutboxRow, error) {
+	rows, err := d.pool.Query(ctx, d.oq.list, string(p.State), p.Limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanOutboxRow)
+}
+
+// OutboxGet implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxGet(ctx context.Context, id string) (*inboxdriver.OutboxRow, error) {
+	rows, err := d.pool.Query(ctx, d.oq.get, id)
+	if err != nil {
+		return nil, err
+	}
+	r, err := pgx.CollectExactlyOneRow(rows, scanOutboxRow)
+	if err == pgx.ErrNoRows {
+		return nil, inboxdriver.ErrNotFound
+	}
+	return r, err
+}
+
+// OutboxSet implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxSet(ctx context.Context, p *inboxdriver.OutboxSetParams) (bool, error) {
+	var q string
+	switch p.Action {
+	case inboxdriver.OutboxRetryNow:
+		q = d.oq.retry
+	case inboxdriver.OutboxParkRow:
+		q = d.oq.park
+	case inboxdriver.OutboxUnpark:
+		q = d.oq.unpark
+	default:
+		return false, inboxdriver.UnknownOutboxAction(p.Action)
+	}
+	ct, err := d.pool.Exec(ctx, q, p.ID, p.Now)
+	return ct.RowsAffected() == 1, err
+}
+
+// OutboxPurgePublished implements inboxdriver.OutboxAdmin.
+func (d *Driver) OutboxPurgePublished(ctx context.Context, p *inboxdriver.OutboxPurgeParams) (int64, error) {
+	ct, err := d.pool.Exec(ctx, d.oq.purgePublished, p.Before, p.Limit)
+	return ct.RowsAffected(), err
+}
+
+func scanOutboxRow(rows pgx.CollectableRow) (*inboxdriver.OutboxRow, error) {
+	r := &inboxdriver.OutboxRow{}
+	var published, parked *time.Time
+	err := rows.Scan(&r.ID, &r.Topic, &r.Key, &r.KeySeq, &r.Headers, &r.Payload, &r.CausationID,
+		&r.CreatedAt, &r.AvailableAt, &r.Attempts, &r.LastError, &r.Claimed, &published, &parked)
+	if err != nil {
+		return nil, err
+	}
+	r.CreatedAt, r.AvailableAt = r.CreatedAt.UTC(), r.AvailableAt.UTC()
+	if published != nil {
+		r.PublishedAt = published.UTC()
+	}
+	if parked != nil {
+		r.ParkedAt = parked.UTC()
+	}
+	return r, nil
+}
+
+// encodeHeaders is the stored form of a message's headers: a JSON object.
+func encodeHeaders(h map[string]string) (string, error) {
+	if len(h) == 0 {
+		return "{}", nil
+	}
+	b, err := json.Marshal(h)
+	return string(b), err
+}

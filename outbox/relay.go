@@ -1,0 +1,569 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/fault"
+	"github.com/txinbox/inbox/internal/uuid"
+)
+
+// Defaults of the RelayConfig fields.
+const (
+	DefaultBatchSize          = 100
+	DefaultWorkers            = 4
+	DefaultLease              = 30 * time.Second
+	DefaultPollInterval       = time.Second
+	DefaultMaxRejections      = 10
+	DefaultUnavailableBackoff = 100 * time.Millisecond
+	// MaxBatchSize bounds RelayConfig.BatchSize, so that a claim's write-
+	// backs stay within every engine's limit on bind parameters.
+	MaxBatchSize = 5000
+	// MaxUnavailableBackoff caps the relay's pause while the broker or the
+	// store is unavailable.
+	MaxUnavailableBackoff = 30 * time.Second
+	// maxRejectBackoff caps DefaultBackoff.
+	maxRejectBackoff = 5 * time.Minute
+)
+
+// wakeRechecks is how many times, after a wake, a relay that found nothing
+// looks again, waiting 1ms, 2ms, 4ms and so on in between: a wake from
+// EnqueueTx comes before the transaction commits.
+const wakeRechecks = 10
+
+// RelayConfig configures a Relay. The zero value is valid.
+type RelayConfig struct {
+	// BatchSize is the most rows one claim takes. Defaults to
+	// DefaultBatchSize (100).
+	BatchSize int
+
+	// Workers is how many batches Run has in flight at once, each claimed,
+	// published and written back on its own: while one batch waits for
+	// the broker's acknowledgements, another is being claimed or deleted.
+	// One worker keeps at most one batch in flight. Defaults to
+	// DefaultWorkers (4).
+	Workers int
+
+	// Lease is how long a claim holds its rows: another relay takes them
+	// only after it, so a relay that died delays its rows by at most the
+	// lease. Publishing a batch must end well within it: the sink's context
+	// ends at nine tenths of it. Relays' clocks must agree to within a small
+	// part of it. Defaults to DefaultLease (30s).
+	Lease time.Duration
+
+	// PollInterval is how long the relay waits when it found nothing to
+	// publish, unless it is woken. Defaults to DefaultPollInterval (1s).
+	PollInterval time.Duration
+
+	// MaxRejections is how many times the broker may reject an event
+	// before the relay parks it for an operator (inbox outbox unpark).
+	// Failures to reach the broker never count. Defaults to
+	// DefaultMaxRejections (10).
+	MaxRejections int
+
+	// Backoff returns how long an event waits after its n-th rejection.
+	// In ordered mode its key waits with it. Defaults to DefaultBackoff.
+	Backoff func(n int) time.Duration
+
+	// UnavailableBackoff is the relay's first pause after the broker or the
+	// store was unavailable; it doubles while they stay so, up to
+	// MaxUnavailableBackoff. Defaults to DefaultUnavailableBackoff (100ms).
+	UnavailableBackoff time.Duration
+
+	// KeepPublished keeps published rows, marked with their publish time,
+	// instead of deleting them, for audit and replay; delete them later
+	// with PurgePublished. Defaults to false.
+	KeepPublished bool
+
+	// Logger receives the relay's logs. Defaults to nil, which is silent.
+	Logger *slog.Logger
+
+	// Observer, if set, is told about claims, publishes and parked events.
+	// Defaults to nil.
+	Observer Observer
+
+	// Now returns the current time, which places leases and backoffs.
+	// Defaults to time.Now.
+	Now func() time.Time
+}
+
+// DefaultBackoff waits one second after the first rejection, doubling after
+// each, up to five minutes.
+func DefaultBackoff(n int) time.Duration {
+	if n < 1 {
+		n = 1
+	}
+	if n > 20 {
+		return maxRejectBackoff
+	}
+	return min(time.Second<<(n-1), maxRejectBackoff)
+}
+
+func (c *RelayConfig) withDefaults() RelayConfig {
+	var out RelayConfig
+	if c != nil {
+		out = *c
+	}
+	if out.BatchSize == 0 {
+		out.BatchSize = DefaultBatchSize
+	}
+	if out.Workers == 0 {
+		out.Workers = DefaultWorkers
+	}
+	if out.Lease == 0 {
+		out.Lease = DefaultLease
+	}
+	if out.PollInterval == 0 {
+		out.PollInterval = DefaultPollInterval
+	}
+	if out.MaxRejections == 0 {
+		out.MaxRejections = DefaultMaxRejections
+	}
+	if out.Backoff == nil {
+		out.Backoff = DefaultBackoff
+	}
+	if out.UnavailableBackoff == 0 {
+		out.UnavailableBackoff = DefaultUnavailableBackoff
+	}
+	if out.Now == nil {
+		out.Now = time.Now
+	}
+	return out
+}
+
+func (c *RelayConfig) validate() error {
+	switch {
+	case c.BatchSize < 0 || c.BatchSize > MaxBatchSize:
+		return fmt.Errorf("outbox: RelayConfig.BatchSize must be from 1 to %d, got %d", MaxBatchSize, c.BatchSize)
+	case c.Workers < 0:
+		return fmt.Errorf("outbox: RelayConfig.Workers must be positive, got %d", c.Workers)
+	case c.Lease < 10*time.Millisecond:
+		return fmt.Errorf("outbox: RelayConfig.Lease must be at least 10ms, got %v", c.Lease)
+	case c.PollInterval < 0:
+		return fmt.Errorf("outbox: RelayConfig.PollInterval must be positive, got %v", c.PollInterval)
+	case c.MaxRejections < 0:
+		return fmt.Errorf("outbox: RelayConfig.MaxRejections must be positive, got %d", c.MaxRejections)
+	case c.UnavailableBackoff < 0:
+		return fmt.Errorf("outbox: RelayConfig.UnavailableBackoff must be positive, got %v", c.UnavailableBackoff)
+	}
+	return nil
+}
+
+// Relay publishes the outbox's events to a Sink. Any number of relays, in
+// one process or many, may run over one outbox table: each claims its rows
+// in a short transaction (FOR UPDATE SKIP LOCKED, a lease and a fencing
+// token), publishes them outside any transaction, and deletes only the
+// rows the broker confirmed and that its token still holds.
+//
+// A relay that dies between the broker's confirmation and the delete
+// leaves its rows to be published again when the lease ends: with the same
+// event ids, so the consumer's inbox skips them.
+type Relay struct {
+	store     inboxdriver.OutboxAdmin
+	sink      Sink
+	config    RelayConfig
+	logger    *slog.Logger
+	subscribe func(*Relay) func()
+
+	mu    sync.Mutex
+	wakes map[chan struct{}]struct{}
+}
+
+// NewRelay returns a relay of the outbox in store to sink. config may be
+// nil. A relay made by Outbox.NewRelay is also woken by that Outbox's
+// enqueues.
+func NewRelay(store inboxdriver.OutboxAdmin, sink Sink, config *RelayConfig) (*Relay, error) {
+	if store == nil {
+		return nil, errors.New("outbox: NewRelay: store is nil")
+	}
+	if sink == nil {
+		return nil, errors.New("outbox: NewRelay: sink is nil")
+	}
+	cfg := config.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Relay{store: store, sink: sink, config: cfg, logger: logger, wakes: map[chan struct{}]struct{}{}}, nil
+}
+
+// NewRelay returns a relay of o's table to sink, which o's enqueues wake
+// while it runs.
+func (o *Outbox[TTx]) NewRelay(sink Sink, config *RelayConfig) (*Relay, error) {
+	r, err := NewRelay(o.store, sink, config)
+	if err != nil {
+		return nil, err
+	}
+	r.subscribe = o.subscribe
+	return r, nil
+}
+
+// Config returns the relay's configuration with defaults applied.
+func (r *Relay) Config() RelayConfig { return r.config }
+
+// Wake tells the relay that events were committed, so that one of its
+// idle workers looks now rather than at its next poll. It never blocks.
+func (r *Relay) Wake() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for c := range r.wakes {
+		select {
+		case c <- struct{}{}:
+			return
+		default:
+		}
+	}
+}
+
+// Run relays until ctx ends, and then returns nil, with Workers loops of
+// claim, publish and write-back. Failures of the store and of the broker
+// are logged and waited out, with backoff; they never stop it.
+func (r *Relay) Run(ctx context.Context) error {
+	if r.subscribe != nil {
+		defer r.subscribe(r)()
+	}
+	var wg sync.WaitGroup
+	for range r.config.Workers {
+		wake := make(chan struct{}, 1)
+		r.mu.Lock()
+		r.wakes[wake] = struct{}{}
+		r.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() {
+				r.mu.Lock()
+				delete(r.wakes, wake)
+				r.mu.Unlock()
+			}()
+			r.loop(ctx, wake)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// loop is one worker of Run.
+func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
+	backoff := time.Duration(0)
+	rechecks := wakeRechecks // none until a wake
+	for ctx.Err() == nil {
+		res, err := r.RelayOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		var wait time.Duration
+		switch {
+		case err != nil || res.Unavailable > 0:
+			if backoff == 0 {
+				if err == nil {
+					err = res.UnavailableErr
+				}
+				r.logger.WarnContext(ctx, "outbox: relay paused: unavailable", "err", err)
+				backoff = r.config.UnavailableBackoff
+			} else {
+				backoff = min(backoff*2, MaxUnavailableBackoff)
+			}
+			wait = backoff
+		case res.Claimed > 0:
+			if backoff > 0 {
+				r.logger.InfoContext(ctx, "outbox: relay resumed")
+				backoff = 0
+			}
+			continue
+		case rechecks < wakeRechecks:
+			wait = time.Millisecond << rechecks
+			rechecks++
+		default:
+			wait = r.config.PollInterval
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-wake:
+			rechecks = 0
+			if backoff > 0 {
+				// The broker or store is down: a wake does not cut the
+				// pause short.
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// Result is what one relay round did.
+type Result struct {
+	// Claimed counts the rows the claim took.
+	Claimed int
+	// Published counts the rows the broker confirmed.
+	Published int
+	// Rejected counts the rows the broker rejected, Parked those of them
+	// that used up their budget.
+	Rejected int
+	Parked   int
+	// Unavailable counts the rows not published because the broker was
+	// unavailable; UnavailableErr is the first such error. The rows of the
+	// batch not tried after that are released too, as are, in ordered
+	// mode, the rows of a key after its first failure.
+	Unavailable    int
+	UnavailableErr error
+	// Lapsed counts confirmed rows whose claim had lapsed by the time the
+	// relay wrote back: another relay may publish them again.
+	Lapsed int
+}
+
+// row outcomes of a round
+const (
+	untried = iota
+	confirmed
+	rejected
+	unavailable
+)
+
+// RelayOnce claims one batch, publishes it and writes the outcome back. It
+// is what Run repeats; tests and tools call it to relay step by step.
+func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
+	var res Result
+	start := time.Now()
+	now := r.config.Now()
+	token := uuid.V4()
+	var rows []*inboxdriver.OutboxRow
+	var err error
+	// A claim that lost a deadlock or a serialization check changed
+	// nothing: run it again at once, a few times.
+	for range 3 {
+		rows, err = r.store.OutboxClaim(ctx, &inboxdriver.OutboxClaimParams{
+			Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
+		})
+		if err == nil || r.store.Classify(err) != inboxdriver.ClassConflict {
+			break
+		}
+	}
+	if err != nil {
+		return res, fmt.Errorf("outbox: claim: %w", classify(r.store, err))
+	}
+	res.Claimed = len(rows)
+	if obs := r.config.Observer; obs != nil {
+		obs.Claimed(ctx, &ClaimEvent{Rows: len(rows), Duration: time.Since(start)})
+	}
+	if len(rows) == 0 {
+		return res, nil
+	}
+
+	outcome := make([]int, len(rows))
+	errs := make([]error, len(rows))
+	pctx, cancel := context.WithTimeout(ctx, r.config.Lease*9/10)
+	pubStart := time.Now()
+	r.publish(pctx, rows, outcome, errs)
+	cancel()
+	fault.Inject(ctx, fault.RelayAfterPublish)
+	if obs := r.config.Observer; obs != nil {
+		ev := &PublishEvent{Records: len(rows), Duration: time.Since(pubStart)}
+		for i, o := range outcome {
+			switch o {
+			case confirmed:
+				ev.Confirmed++
+				ev.MaxAge = max(ev.MaxAge, now.Sub(rows[i].CreatedAt))
+			case rejected:
+				ev.Rejected++
+			default:
+				ev.Unavailable++
+			}
+		}
+		obs.Published(ctx, ev)
+	}
+
+	// Write back even when ctx ended: a confirmed row left claimed would
+	// only be published again after its lease.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer wcancel()
+	var acked, release []string
+	for i, o := range outcome {
+		switch o {
+		case confirmed:
+			acked = append(acked, rows[i].ID)
+		case untried:
+			release = append(release, rows[i].ID)
+		case unavailable:
+			release = append(release, rows[i].ID)
+			res.Unavailable++
+			if res.UnavailableErr == nil {
+				res.UnavailableErr = errs[i]
+			}
+		}
+	}
+	var werr error
+	if len(acked) > 0 {
+		n, err := r.store.OutboxAck(wctx, &inboxdriver.OutboxAckParams{IDs: acked, Token: token, Keep: r.config.KeepPublished, Now: r.config.Now()})
+		if err != nil {
+			werr = errors.Join(werr, fmt.Errorf("outbox: delete %d published events: %w", len(acked), classify(r.store, err)))
+		} else {
+			res.Published = len(acked)
+			res.Lapsed = len(acked) - int(n)
+			if res.Lapsed > 0 {
+				r.logger.WarnContext(ctx, "outbox: claim lapsed before the write-back: those events may be published again", "events", res.Lapsed, "lease", r.config.Lease)
+			}
+		}
+	}
+	for i, o := range outcome {
+		if o != rejected {
+			continue
+		}
+		row := rows[i]
+		n := row.Attempts + 1
+		park := n >= r.config.MaxRejections
+		ok, err := r.store.OutboxReject(wctx, &inboxdriver.OutboxRejectParams{
+			ID: row.ID, Token: token, Error: clipError(errs[i]), Park: park,
+			AvailableAt: r.config.Now().Add(r.config.Backoff(n)), Now: r.config.Now(),
+		})
+		if err != nil {
+			werr = errors.Join(werr, fmt.Errorf("outbox: record the rejection of %s: %w", row.ID, classify(r.store, err)))
+			continue
+		}
+		res.Rejected++
+		if !ok {
+			continue
+		}
+		if park {
+			res.Parked++
+			r.logger.ErrorContext(ctx, "outbox: event parked after its rejections", "id", row.ID, "topic", row.Topic, "rejections", n, "err", errs[i])
+			if obs := r.config.Observer; obs != nil {
+				obs.Parked(ctx, &ParkEvent{ID: row.ID, Topic: row.Topic, Rejections: n, Err: errs[i]})
+			}
+		} else {
+			r.logger.WarnContext(ctx, "outbox: broker rejected an event", "id", row.ID, "topic", row.Topic, "rejections", n, "err", errs[i])
+		}
+	}
+	if len(release) > 0 {
+		if _, err := r.store.OutboxRelease(wctx, &inboxdriver.OutboxReleaseParams{IDs: release, Token: token, AvailableAt: r.config.Now()}); err != nil {
+			werr = errors.Join(werr, fmt.Errorf("outbox: release %d events: %w", len(release), classify(r.store, err)))
+		}
+	}
+	return res, werr
+}
+
+// publish publishes rows in rounds. Unordered rows all go in the first
+// round. Ordered rows come grouped by key in sequence order; each round
+// holds at most one row per key, the next one after the key's last
+// confirmed row, so that no sink is asked to keep order within a call, and
+// a key stops at its first failure while the others go on.
+func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outcome []int, errs []error) {
+	// next[k] is the index of the next row of key k to try; keys lists the
+	// index of each key's first row.
+	var batch []int
+	var runs [][]int // per key: its rows' indexes, in order
+	at := map[string]int{}
+	for i, row := range rows {
+		if row.KeySeq == 0 {
+			batch = append(batch, i)
+			continue
+		}
+		k, ok := at[string(row.Key)]
+		if !ok {
+			k = len(runs)
+			at[string(row.Key)] = k
+			runs = append(runs, nil)
+		}
+		runs[k] = append(runs[k], i)
+	}
+	pos := make([]int, len(runs))
+	for round := 0; ; round++ {
+		if round > 0 {
+			batch = batch[:0]
+		}
+		for k, run := range runs {
+			if pos[k] < len(run) {
+				batch = append(batch, run[pos[k]])
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		recs := make([]Record, len(batch))
+		for j, i := range batch {
+			recs[j] = record(rows[i])
+		}
+		got := r.sink.Publish(ctx, recs)
+		if len(got) != len(recs) {
+			err := Unavailable(fmt.Errorf("outbox: the sink returned %d results for %d records", len(got), len(recs)))
+			got = make([]error, len(recs))
+			for j := range got {
+				got[j] = err
+			}
+		}
+		down := false
+		for j, i := range batch {
+			switch err := got[j]; {
+			case err == nil:
+				outcome[i] = confirmed
+			case IsUnavailable(err):
+				outcome[i], errs[i] = unavailable, err
+				down = true
+			default:
+				outcome[i], errs[i] = rejected, err
+			}
+		}
+		if down {
+			return
+		}
+		for k, run := range runs {
+			if pos[k] < len(run) {
+				if outcome[run[pos[k]]] == confirmed {
+					pos[k]++
+				} else {
+					pos[k] = len(run) // the key stops at its first failure
+				}
+			}
+		}
+	}
+}
+
+// record is the Record of row.
+func record(row *inboxdriver.OutboxRow) Record {
+	h := make(map[string]string, len(row.Headers)+3)
+	for k, v := range row.Headers {
+		h[k] = v
+	}
+	h[HeaderEventID] = row.ID
+	if row.CausationID != "" {
+		h[HeaderCausationID] = row.CausationID
+	}
+	if row.KeySeq > 0 {
+		h[HeaderKeySeq] = strconv.FormatInt(row.KeySeq, 10)
+	}
+	return Record{
+		ID: row.ID, Topic: row.Topic, Key: row.Key, Headers: h, Payload: row.Payload,
+		KeySeq: row.KeySeq, CreatedAt: row.CreatedAt, Attempt: row.Attempts,
+	}
+}
+
+// clipError is the stored text of a rejection.
+func clipError(err error) string {
+	const max = 2000
+	if err == nil {
+		return ""
+	}
+	s := err.Error()
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
+}

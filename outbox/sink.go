@@ -1,0 +1,70 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sink publishes records to a broker. Sinks for Kafka and SQS live in
+// packages inboxkafka and inboxsqs, over the caller's client; MemorySink
+// keeps records in memory, for tests and benchmarks.
+type Sink interface {
+	// Publish publishes recs and returns one error per record, in order:
+	// nil once the broker confirmed that record (Kafka acks, an SQS 200),
+	// and otherwise why not. Wrap an error with Unavailable when the broker
+	// could not be reached, or did not answer in time: the record is tried
+	// again, as soon as the broker is back, and the failure costs it no
+	// attempt. Any other error is a rejection of that record: it counts
+	// towards RelayConfig.MaxRejections, after which the record is parked.
+	//
+	// A sink must not keep recs or their slices after it returns. ctx ends
+	// before the relay's lease on the records does.
+	Publish(ctx context.Context, recs []Record) []error
+}
+
+// SinkFunc adapts a function to a Sink.
+type SinkFunc func(ctx context.Context, recs []Record) []error
+
+// Publish calls f.
+func (f SinkFunc) Publish(ctx context.Context, recs []Record) []error { return f(ctx, recs) }
+
+// Record is an event as a sink publishes it.
+type Record struct {
+	// ID is the event id, also in Headers[HeaderEventID].
+	ID    string
+	Topic string
+	Key   []byte
+	// Headers are the message's headers with the outbox's own added:
+	// HeaderEventID always, HeaderCausationID and HeaderKeySeq when set.
+	Headers map[string]string
+	Payload []byte
+	// KeySeq is the event's place among the events of its key in ordered
+	// mode, or 0.
+	KeySeq int64
+	// CreatedAt is when the event was enqueued.
+	CreatedAt time.Time
+	// Attempt counts the broker's earlier rejections of the record.
+	Attempt int
+}
+
+// ErrUnavailable marks a sink's error as the broker's unavailability:
+// unreachable, timing out, refusing for a while. Test with errors.Is.
+var ErrUnavailable = errors.New("outbox: broker unavailable")
+
+// Unavailable wraps err, a sink's error, so that the relay treats it as the
+// broker's unavailability rather than a rejection of the record.
+func Unavailable(err error) error {
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+// IsUnavailable reports whether err says the broker was unavailable. A
+// context that ended is unavailability too: the relay stopped, or the
+// broker did not answer within the lease.
+func IsUnavailable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
