@@ -185,6 +185,27 @@ func (h *harness) ready(queue string) int {
 	return q.Messages
 }
 
+// waitHandedOut waits, for at most waitDeadline, until queue holds no
+// message ready for delivery: the broker handed every one to a consumer.
+// It runs on a consumer's goroutine (a fault hook), so it reports nothing:
+// the test's own waits fail if it gives up.
+func (h *harness) waitHandedOut(queue string) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(waitDeadline)
+	for time.Now().Before(deadline) {
+		ch, err := h.admin.Channel()
+		if err == nil {
+			q, qerr := ch.QueueDeclarePassive(queue, true, false, false, false, nil)
+			ch.Close()
+			if qerr == nil && q.Messages == 0 {
+				return
+			}
+		}
+		<-tick.C
+	}
+}
+
 // get takes up to n messages from queue, acking them.
 func (h *harness) get(queue string, n int) []amqp.Delivery {
 	h.t.Helper()

@@ -416,10 +416,24 @@ func TestConnectionLossMidBatch(t *testing.T) {
 	cut := make(chan struct{})
 	cfg := h.config(q)
 	cfg.Batch = 20
-	r := h.start(cfg, h.effectHandler(&calls), crashAt(fault.MidBatch, func(r *running) {
-		r.proxy.Cut()
-		close(cut)
-	}))
+	// The first claim waits until the broker has handed the consumer
+	// every message (its prefetch holds them all), so that the batches
+	// after it hold many: one is cut mid-batch however slowly deliveries
+	// trickle in under load, when each batch could otherwise hold one.
+	var held, cutOnce sync.Once
+	r := h.start(cfg, h.effectHandler(&calls), func(r *running, ctx context.Context) context.Context {
+		return fault.WithHook(ctx, func(p fault.Point) {
+			switch p {
+			case fault.AfterClaim:
+				held.Do(func() { h.waitHandedOut(q) })
+			case fault.MidBatch:
+				cutOnce.Do(func() {
+					r.proxy.Cut()
+					close(cut)
+				})
+			}
+		})
+	})
 	waitClosed(t, "the connection to be cut mid-batch", cut)
 	eventually(t, "every event applied", func() bool { return len(h.effectOrder()) >= n })
 	r.stop()
