@@ -36,6 +36,15 @@ type Source struct {
 	BrokerID string
 	// Key is the record key, if any.
 	Key []byte
+	// Redelivered reports that the broker may have delivered this message
+	// before (an SQS receive count, a JetStream delivery count or an AMQP
+	// delivery's Redelivered flag above the first; a Kafka record fetched
+	// again after an assignment). With it the client tells a lost ack from
+	// a producer's republish when the message is a Duplicate.
+	Redelivered bool
+	// Attempt is the broker's delivery count of this message, 1 for the
+	// first delivery, 0 when the broker keeps none.
+	Attempt int
 }
 
 // String formats s as a coordinate such as "kafka:orders/3@1207".

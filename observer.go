@@ -36,6 +36,11 @@ type TxEvent struct {
 	// zero when Err is set: nothing was applied.
 	Applied    int
 	Duplicates int
+	// Redelivered, Republished and Concurrent split Duplicates by reason
+	// (see DuplicateReason); they sum to Duplicates.
+	Redelivered int
+	Republished int
+	Concurrent  int
 	// Err is the error that ended the transaction, if any.
 	Err error
 	// Claim is the time to begin and claim, Handler the time spent in
@@ -43,6 +48,48 @@ type TxEvent struct {
 	Claim   time.Duration
 	Handler time.Duration
 	Commit  time.Duration
+}
+
+// DuplicateReason says why a message was a Duplicate.
+type DuplicateReason uint8
+
+const (
+	// DuplicateRepublish: the broker delivered the message for the first
+	// time, yet its id was already applied: the producer (or its relay)
+	// published the event again.
+	DuplicateRepublish DuplicateReason = iota + 1
+	// DuplicateRedelivery: the broker delivered the message again, so an
+	// earlier delivery was applied and its ack was lost.
+	DuplicateRedelivery
+	// DuplicateConcurrent: another copy of the message was being claimed at
+	// the same time, and this one waited for it to commit.
+	DuplicateConcurrent
+)
+
+func (r DuplicateReason) String() string {
+	switch r {
+	case DuplicateRepublish:
+		return "republish"
+	case DuplicateRedelivery:
+		return "redelivery"
+	case DuplicateConcurrent:
+		return "concurrent"
+	default:
+		return "unknown"
+	}
+}
+
+// duplicateReason is why msg, found a Duplicate, was one. concurrent
+// reports that its claim waited for another copy in flight.
+func duplicateReason(msg *Message, concurrent bool) DuplicateReason {
+	switch {
+	case concurrent:
+		return DuplicateConcurrent
+	case msg.Source.Redelivered || msg.Source.Attempt > 1:
+		return DuplicateRedelivery
+	default:
+		return DuplicateRepublish
+	}
 }
 
 // DeadLetterEvent describes a message stored as a dead letter.
@@ -58,6 +105,7 @@ type DeadLetterEvent struct {
 // nothing when the client has no observer.
 type txObservation struct {
 	obs   Observer
+	msgs  []Message
 	ev    TxEvent
 	mark  time.Time
 	ended bool
@@ -67,7 +115,7 @@ func (c *Client[TTx]) observeTx(ctx context.Context, consumer string, msgs []Mes
 	if c.config.Observer == nil {
 		return ctx, nil
 	}
-	o := &txObservation{obs: c.config.Observer, ev: TxEvent{Consumer: consumer, Messages: len(msgs)}}
+	o := &txObservation{obs: c.config.Observer, msgs: msgs, ev: TxEvent{Consumer: consumer, Messages: len(msgs)}}
 	ctx = o.obs.TxStart(ctx, consumer, msgs)
 	o.mark = time.Now()
 	return ctx, o
@@ -106,12 +154,20 @@ func (o *txObservation) end(ctx context.Context, outcomes []Outcome, err error) 
 	o.ended = true
 	o.ev.Err = err
 	if err == nil {
-		for _, out := range outcomes {
+		for i, out := range outcomes {
 			switch out {
 			case Applied:
 				o.ev.Applied++
 			case Duplicate:
 				o.ev.Duplicates++
+				if i < len(o.msgs) {
+					switch duplicateReason(&o.msgs[i], false) {
+					case DuplicateRedelivery:
+						o.ev.Redelivered++
+					default:
+						o.ev.Republished++
+					}
+				}
 			}
 		}
 	}
