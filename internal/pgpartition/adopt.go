@@ -198,7 +198,9 @@ func (m *Maintainer) switchDDL(lockTimeout time.Duration) []string {
 	}
 }
 
-func (m *Maintainer) quote(name string) string { return inboxdriver.Quote(inboxdriver.DialectPostgres, name) }
+func (m *Maintainer) quote(name string) string {
+	return inboxdriver.Quote(inboxdriver.DialectPostgres, name)
+}
 
 // lockNotAvailable reports whether err is Postgres's lock_timeout
 // (SQLSTATE 55P03).
