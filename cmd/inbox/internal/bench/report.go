@@ -457,6 +457,10 @@ func (r *Report) Ratios() []Ratio {
 			out = append(out, Ratio{Name: fmt.Sprintf("claims on %d partitions ÷ on the plain inbox, msgs/s at %d %s (≥ 0.95)", p.Partitions, p.Workers, workersWord(p.Workers)),
 				Value: p.ClaimsRatio, Want: 0.95, Met: p.ClaimsRatio >= 0.95})
 		}
+		if p.PlainServerCPUUsPerClaim != nil && p.PartitionedServerCPUUsPerClaim != nil && *p.PartitionedServerCPUUsPerClaim > 0 {
+			out = append(out, Ratio{Name: fmt.Sprintf("server CPU per claim, plain ÷ on %d partitions (report only: the rate's cost, less noisy)", p.Partitions),
+				Value: round2(*p.PlainServerCPUUsPerClaim / *p.PartitionedServerCPUUsPerClaim), Met: true, ReportOnly: true})
+		}
 	}
 	return out
 }
