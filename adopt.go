@@ -23,6 +23,14 @@ type AdoptParams struct {
 	LockTimeout time.Duration
 	// Attempts bounds the attempts at the switch. Defaults to 30.
 	Attempts int
+	// Backfill is how far back of the database's clock the new table's
+	// partitions reach: a replay of an id the frozen table holds is a
+	// duplicate when a partition covers the id's time, and is refused as
+	// expired (never applied) when none does. Defaults to the longer of
+	// the store's PartitionConfig.Backfill and Config.Retention plus
+	// PartitionConfig.MaxSkew, so that the ids the plain inbox still
+	// keeps stay duplicates.
+	Backfill time.Duration
 	// DryRun says what would be done, and does nothing.
 	DryRun bool
 }
@@ -55,7 +63,11 @@ func (c *Client[TTx]) AdoptPlainInbox(ctx context.Context, p AdoptParams) (*Adop
 	if !ok || !c.partitioned() {
 		return nil, fmt.Errorf("inbox: adopt: configure the store with Tables.Layout %q, the layout the inbox moves to (a Postgres store)", inboxdriver.LayoutPartitioned)
 	}
-	rep, err := a.AdoptPlainInbox(ctx, &inboxdriver.AdoptParams{LockTimeout: p.LockTimeout, Attempts: p.Attempts, DryRun: p.DryRun})
+	if p.Backfill == 0 {
+		pc := partitionConfig(c.driver)
+		p.Backfill = max(pc.Backfill, c.config.Retention+pc.MaxSkew)
+	}
+	rep, err := a.AdoptPlainInbox(ctx, &inboxdriver.AdoptParams{LockTimeout: p.LockTimeout, Attempts: p.Attempts, Backfill: p.Backfill, DryRun: p.DryRun})
 	if err != nil {
 		return rep, c.classify(err) // the store's errors say "inbox: adopt: …
 	}

@@ -40,6 +40,11 @@ type AdoptParams struct {
 	// Attempts bounds the attempts at the switch, a second apart.
 	// Defaults to DefaultAdoptAttempts (30).
 	Attempts int
+	// Backfill is how far back of the database's clock the new table's
+	// partitions reach, when longer than PartitionConfig.Backfill: an id
+	// of the frozen table older than the oldest partition is refused as
+	// expired, where inside the partitions it is a duplicate.
+	Backfill time.Duration
 	// DryRun says what would be done, and does nothing.
 	DryRun bool
 }

@@ -103,6 +103,9 @@ func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 	if version < minServerVersion {
 		return nil, fmt.Errorf("inbox: the partitioned inbox needs Postgres 14 or later, for DETACH PARTITION … CONCURRENTLY; the server is %d", version)
 	}
+	if p.Backfill > inboxdriver.MaxPartitionsPerRun*day {
+		return nil, fmt.Errorf("inbox: adopt: a backfill of %v is longer than %d days", p.Backfill, inboxdriver.MaxPartitionsPerRun)
+	}
 	if p.DryRun {
 		return rep, nil
 	}
@@ -111,6 +114,7 @@ func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 	// trigger. A run stopped before the switch left some of it: each step
 	// is idempotent, so it goes on from there.
 	next := &Maintainer{db: m.db, t: m.t, cfg: m.cfg, parent: m.qualify(adopting)}
+	next.cfg.Backfill = max(next.cfg.Backfill, p.Backfill)
 	for _, stmt := range m.adoptDDL() {
 		if err := m.db.Exec(ctx, stmt); err != nil {
 			return rep, fmt.Errorf("inbox: adopt: make %s: %w", m.qualify(adopting), err)

@@ -105,7 +105,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		lockTimeout := durationFlag{d: inboxdriver.DefaultAdoptLockTimeout}
 		fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock (default 7d)")
 		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
-		fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds (default 30d)")
+		fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds: an older one is refused as expired, not skipped as a duplicate (default 31d: the retention, 30d, plus --max-skew)")
 		fs.Var(&lockTimeout, "lock-timeout", "the longest each attempt at the switch waits for the claims open on the plain table, and so the longest a claim stalls (default 1s)")
 		attempts := fs.Int("attempts", inboxdriver.DefaultAdoptAttempts, "attempts at the switch, a second apart")
 		dryRun := fs.Bool("dry-run", false, "say what would be done, and change nothing")
@@ -115,14 +115,21 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if *attempts < 1 {
 			return usagef("--attempts must be at least 1, got %d", *attempts)
 		}
-		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.d, MaxSkew: skew.d, Backfill: backfill.d}
+		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.d, MaxSkew: skew.d}
+		if backfill.set {
+			sf.partitions.Backfill = backfill.d
+		}
 		if err := sf.partitions.Validate(); err != nil {
 			return usagef("%v", err)
 		}
 		cfg := idFormatFor(&sf)
 		cfg.ReplayHorizon, cfg.Retention = inbox.DefaultReplayHorizon, max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.d)
+		p := inbox.AdoptParams{LockTimeout: lockTimeout.d, Attempts: *attempts, DryRun: *dryRun}
+		if backfill.set {
+			p.Backfill = backfill.d
+		}
 		return withOps(ctx, e, &sf, cfg, func(c ops) error {
-			rep, err := c.AdoptPlainInbox(ctx, inbox.AdoptParams{LockTimeout: lockTimeout.d, Attempts: *attempts, DryRun: *dryRun})
+			rep, err := c.AdoptPlainInbox(ctx, p)
 			if err != nil {
 				return err
 			}
