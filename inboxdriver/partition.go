@@ -162,6 +162,9 @@ type PartitionState struct {
 	// Detached are tables named as partitions that are not attached:
 	// left by a run that stopped between a detach and its drop.
 	Detached []Partition
+	// Frozen is the plain table of an inbox adopted into this layout
+	// (Adopter), while it is kept; nil when there is none.
+	Frozen *FrozenInbox
 }
 
 // Covers reports whether an attached partition, not being detached, holds
@@ -227,6 +230,10 @@ type PartitionReport struct {
 	// Reattached are tables left detached whose time had not expired:
 	// attached again.
 	Reattached []Partition
+	// Retired is the frozen plain table of an adopted inbox that the run
+	// dropped (would drop, with DryRun): none of its ids could be claimed
+	// again. Nil when none was.
+	Retired *FrozenInbox
 	// State is the partitions after the run (before it, with DryRun).
 	State *PartitionState
 }

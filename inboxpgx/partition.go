@@ -32,6 +32,17 @@ func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.Maintain
 	return d.partitions.Maintain(ctx, p)
 }
 
+var _ inboxdriver.Adopter = (*Driver)(nil)
+
+// AdoptPlainInbox implements inboxdriver.Adopter: the store's Tables.Layout
+// is partitioned, and its inbox table still the plain one.
+func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxdriver.AdoptReport, error) {
+	if err := d.partitioned(); err != nil {
+		return nil, err
+	}
+	return d.partitions.Adopt(ctx, p)
+}
+
 func (d *Driver) partitioned() error {
 	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return pgpartition.ErrNotPartitioned

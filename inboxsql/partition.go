@@ -42,6 +42,17 @@ func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.Maintain
 	return d.partitions.Maintain(ctx, p)
 }
 
+var _ inboxdriver.Adopter = (*Driver)(nil)
+
+// AdoptPlainInbox implements inboxdriver.Adopter, on Postgres: the store's
+// Tables.Layout is partitioned, and its inbox table still the plain one.
+func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxdriver.AdoptReport, error) {
+	if d.tables.Layout != inboxdriver.LayoutPartitioned {
+		return nil, pgpartition.ErrNotPartitioned
+	}
+	return d.partitions.Adopt(ctx, p)
+}
+
 // claimError returns the error of a claim of ids that failed with err:
 // when no partition covers one of the ids, an
 // *inboxdriver.NoPartitionError that says which and why, whatever the

@@ -101,7 +101,7 @@ func (m *Maintainer) State(ctx context.Context) (*inboxdriver.PartitionState, er
 	case !found:
 		return nil, fmt.Errorf("inbox: the inbox table %s does not exist: run 'inbox migrate up'", m.parent)
 	case kind != "p":
-		return nil, fmt.Errorf("inbox: the inbox table %s is not partitioned: it was migrated with the plain layout, so configure the store with Tables.Layout %q", m.parent, inboxdriver.LayoutPlain)
+		return nil, fmt.Errorf("inbox: the inbox table %s is not partitioned: it was migrated with the plain layout, so configure the store with Tables.Layout %q, or move it to the partitioned layout with 'inbox partitions adopt'", m.parent, inboxdriver.LayoutPlain)
 	case version < minServerVersion:
 		return nil, fmt.Errorf("inbox: the partitioned inbox needs Postgres 14 or later, for DETACH PARTITION … CONCURRENTLY; the server is %d", version)
 	}
@@ -158,6 +158,9 @@ func (m *Maintainer) State(ctx context.Context) (*inboxdriver.PartitionState, er
 		return nil
 	})
 	if err != nil {
+		return nil, err
+	}
+	if st.Frozen, err = m.frozenState(ctx); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -305,6 +308,17 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 			rep.Dropped = append(rep.Dropped, part)
 		}
 		attached = kept
+		// The frozen plain table of an adopted inbox, once none of its
+		// ids could be claimed again.
+		if st.Frozen != nil {
+			retired, err := m.retireFrozen(ctx, st.Frozen, attached, st.Now, p.DryRun)
+			if err != nil {
+				return rep, err
+			}
+			if retired {
+				rep.Retired = st.Frozen
+			}
+		}
 	}
 
 	if p.DryRun {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,25 @@ func TestBenchQuickJSON(t *testing.T) {
 	require.EqualValues(t, 20000, rep.Purge.Rows)
 	for _, f := range []float64{rep.Purge.Without.MsgsPerS, rep.Purge.Without.P99Ms, rep.Purge.During.MsgsPerS, rep.Purge.During.P99Ms} {
 		require.Positive(t, f)
+	}
+	// The retention comparison: the batched delete against the partition
+	// drop, and claims on 40 partitions against the plain inbox, with
+	// their targets.
+	require.NotNil(t, rep.Partition)
+	require.Equal(t, 20000, rep.Partition.Rows)
+	require.Equal(t, 40, rep.Partition.Partitions)
+	for _, f := range []float64{rep.Partition.Delete.S, float64(rep.Partition.Delete.WALBytes), rep.Partition.Drop.S, float64(rep.Partition.Drop.WALBytes),
+		rep.Partition.WALRatio, rep.Partition.Delete.Without.P99Ms, rep.Partition.Delete.During.P99Ms, rep.Partition.Drop.Without.P99Ms,
+		rep.Partition.Drop.During.P99Ms, rep.Partition.Drop.UnderLoadS, rep.Partition.PlainClaims.MsgsPerS, rep.Partition.PartitionedClaims.MsgsPerS,
+		rep.Partition.ClaimsRatio} {
+		require.Positive(t, f)
+	}
+	var targets []string
+	for _, r := range rep.Targets {
+		targets = append(targets, r.Name)
+	}
+	for _, want := range []string{"partition drop: claims' p99 during", "WAL of the batched delete ÷ WAL of the partition drop", "claims on 40 partitions ÷ on the plain inbox"} {
+		require.True(t, slices.ContainsFunc(targets, func(n string) bool { return strings.HasPrefix(n, want) }), "target %q in %v", want, targets)
 	}
 	for _, f := range []float64{rep.IDs.V4.MsgsPerS, rep.IDs.V4.P99Ms, rep.IDs.V4.WALBytesPerMsg, rep.IDs.V4.InboxBytesPerRow,
 		rep.IDs.V7.MsgsPerS, rep.IDs.V7.P99Ms, rep.IDs.V7.WALBytesPerMsg, rep.IDs.V7.InboxBytesPerRow} {

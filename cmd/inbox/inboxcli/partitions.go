@@ -18,17 +18,18 @@ import (
 // runPartitions is 'inbox partitions list|premake|drop': the day
 // partitions of an inbox migrated with 'inbox migrate up --partitioned'.
 func runPartitions(ctx context.Context, e *Env, args []string) error {
-	const usage = "partitions list|premake|drop [flags]"
+	const usage = "partitions list|premake|drop|adopt [flags]"
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			fmt.Fprintln(e.Stdout, "Usage: inbox "+usage+"\n\n"+
 				"  list     the partitions, the days they cover, their rows and size\n"+
 				"  premake  make the partitions missing ahead (and, on an inbox with none, back)\n"+
-				"  drop     drop the partitions older than --retention, counted from the ids' time\n\n"+
+				"  drop     drop the partitions older than --retention, counted from the ids' time\n"+
+				"  adopt    move a plain inbox to the partitioned layout while consumers run\n\n"+
 				"Run 'inbox partitions <subcommand> -h' for its flags.")
 			return nil
 		}
-		return usagef("want a subcommand: list, premake or drop")
+		return usagef("want a subcommand: list, premake, drop or adopt")
 	}
 	sub, args := args[0], args[1:]
 	var sf storeFlags
@@ -95,8 +96,48 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			printReport(e.Stdout, rep, *dryRun)
 			return nil
 		})
+	case "adopt":
+		fs := newFlags(e, "partitions adopt", "partitions adopt [--dry-run] [--lock-timeout DURATION] [flags]")
+		sf.register(fs)
+		premake := durationFlag{d: inboxdriver.DefaultPartitionPremake}
+		skew := durationFlag{d: inboxdriver.DefaultPartitionMaxSkew}
+		backfill := durationFlag{d: inboxdriver.DefaultPartitionBackfill}
+		lockTimeout := durationFlag{d: inboxdriver.DefaultAdoptLockTimeout}
+		fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock (default 7d)")
+		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
+		fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds: an older one is refused as expired, not skipped as a duplicate (default 31d: the retention, 30d, plus --max-skew)")
+		fs.Var(&lockTimeout, "lock-timeout", "the longest each attempt at the switch waits for the claims open on the plain table, and so the longest a claim stalls (default 1s)")
+		attempts := fs.Int("attempts", inboxdriver.DefaultAdoptAttempts, "attempts at the switch, a second apart")
+		dryRun := fs.Bool("dry-run", false, "say what would be done, and change nothing")
+		if err := parseFlags(fs, args, 0); err != nil {
+			return err
+		}
+		if *attempts < 1 {
+			return usagef("--attempts must be at least 1, got %d", *attempts)
+		}
+		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.d, MaxSkew: skew.d}
+		if backfill.set {
+			sf.partitions.Backfill = backfill.d
+		}
+		if err := sf.partitions.Validate(); err != nil {
+			return usagef("%v", err)
+		}
+		cfg := idFormatFor(&sf)
+		cfg.ReplayHorizon, cfg.Retention = inbox.DefaultReplayHorizon, max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.d)
+		p := inbox.AdoptParams{LockTimeout: lockTimeout.d, Attempts: *attempts, DryRun: *dryRun}
+		if backfill.set {
+			p.Backfill = backfill.d
+		}
+		return withOps(ctx, e, &sf, cfg, func(c ops) error {
+			rep, err := c.AdoptPlainInbox(ctx, p)
+			if err != nil {
+				return err
+			}
+			printAdopt(e.Stdout, rep, *dryRun)
+			return nil
+		})
 	default:
-		return usagef("unknown subcommand %q: want list, premake or drop", sub)
+		return usagef("unknown subcommand %q: want list, premake, drop or adopt", sub)
 	}
 }
 
@@ -126,10 +167,66 @@ type partitionsJSON struct {
 	BackSecs   float64         `json:"back_s"`
 	AheadSecs  float64         `json:"ahead_s"`
 	Partitions []partitionJSON `json:"partitions"`
+	// Frozen is the plain table of an inbox adopted into the partitioned
+	// layout ('inbox partitions adopt'), while it is kept.
+	Frozen *frozenJSON `json:"frozen,omitempty"`
+}
+
+// frozenJSON is the frozen plain table of an adopted inbox.
+type frozenJSON struct {
+	Name string `json:"name"`
+	// Rows is the planner's estimate, -1 when never analysed.
+	Rows  int64 `json:"rows"`
+	Bytes int64 `json:"bytes"`
+	// Consulted is true while claims look their ids up in it.
+	Consulted bool `json:"consulted"`
+}
+
+func frozenOut(f *inbox.FrozenInbox) *frozenJSON {
+	if f == nil {
+		return nil
+	}
+	return &frozenJSON{Name: f.Name, Rows: f.Rows, Bytes: f.Bytes, Consulted: f.Consulted}
+}
+
+// frozenLine describes the frozen plain table of an adopted inbox.
+func frozenLine(f *frozenJSON) string {
+	rows := "~" + fmt.Sprint(f.Rows)
+	if f.Rows < 0 {
+		rows = "?"
+	}
+	consulted := "claims look ids up in it until maintenance that drops retires it"
+	if !f.Consulted {
+		consulted = "claims no longer consult it; the next maintenance that drops removes it"
+	}
+	return fmt.Sprintf("frozen plain table %s: %s rows, %s; %s", f.Name, rows, formatBytes(f.Bytes), consulted)
+}
+
+func printAdopt(w io.Writer, rep *inbox.AdoptReport, dryRun bool) {
+	switch {
+	case rep.Skipped:
+		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
+		return
+	case rep.AlreadyAdopted:
+		fmt.Fprintf(w, "adopted already: the inbox is partitioned, and the plain table is frozen as %s\n", rep.Frozen)
+	case dryRun:
+		fmt.Fprintf(w, "would make the partitioned inbox beside the plain one, then rename the plain table to %s and the new one to the inbox's name\n", rep.Frozen)
+		return
+	default:
+		fmt.Fprintf(w, "switched after %d attempt(s): the inbox is partitioned (%d partitions made), and the plain table is frozen as %s\n",
+			rep.Attempts, len(rep.Created), rep.Frozen)
+	}
+	if rep.State != nil {
+		out := partitionsOut(rep.State)
+		fmt.Fprintln(w, coverage(out))
+		if out.Frozen != nil {
+			fmt.Fprintln(w, frozenLine(out.Frozen))
+		}
+	}
 }
 
 func partitionsOut(st *inbox.PartitionState) partitionsJSON {
-	out := partitionsJSON{Now: st.Now.UTC(), Partitions: []partitionJSON{}}
+	out := partitionsJSON{Now: st.Now.UTC(), Partitions: []partitionJSON{}, Frozen: frozenOut(st.Frozen)}
 	out.Oldest, out.Newest = st.Range()
 	if !out.Oldest.IsZero() {
 		out.BackSecs = st.Now.Sub(out.Oldest).Seconds()
@@ -164,6 +261,9 @@ func printPartitions(w io.Writer, st *inbox.PartitionState) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, coverage(out))
+	if out.Frozen != nil {
+		fmt.Fprintln(w, frozenLine(out.Frozen))
+	}
 }
 
 // coverage says which ids' times the partitions take, on the database's
@@ -203,7 +303,10 @@ func printReport(w io.Writer, rep *inbox.PartitionReport, dryRun bool) {
 	list(verb("attached again", "would attach again"), rep.Reattached)
 	list(verb("dropped", "would drop"), rep.Dropped)
 	list(verb("made", "would make"), rep.Created)
-	if len(rep.Finalized)+len(rep.Reattached)+len(rep.Dropped)+len(rep.Created) == 0 {
+	if rep.Retired != nil {
+		fmt.Fprintf(w, "%s %s: none of its ids falls inside the partitions any more\n", verb("retired the frozen plain table", "would retire the frozen plain table"), rep.Retired.Name)
+	}
+	if len(rep.Finalized)+len(rep.Reattached)+len(rep.Dropped)+len(rep.Created) == 0 && rep.Retired == nil {
 		fmt.Fprintln(w, "nothing to do")
 	}
 	if rep.State != nil && !dryRun {
@@ -259,6 +362,9 @@ func printStatsPartitions(w io.Writer, out *statsJSON) {
 		fmt.Fprintf(w, "partitions: %d attached; %s\n", len(out.Partitions.Partitions)-detaching-detached, coverage(*out.Partitions))
 		if detaching+detached > 0 {
 			fmt.Fprintf(w, "partitions left by an interrupted drop: %d detaching, %d detached; the next maintenance finishes them\n", detaching, detached)
+		}
+		if out.Partitions.Frozen != nil {
+			fmt.Fprintln(w, frozenLine(out.Partitions.Frozen))
 		}
 	}
 }

@@ -121,3 +121,75 @@ func TestPartitions(t *testing.T) {
 		requireOneLine(t, stderr)
 	}
 }
+
+// 'inbox partitions adopt' moves a plain inbox to the partitioned layout:
+// its ids stay duplicates, stats show the frozen table, and a drop that
+// leaves none of its ids inside the partitions retires it.
+func TestPartitionsAdopt(t *testing.T) {
+	t.Parallel()
+	schema := testdb.Schema(t)
+	url := testdb.URL(t)
+	env := map[string]string{"DATABASE_URL": url}
+	cmd := func(args ...string) []string { return append(args, "--schema", schema) }
+	ctx := context.Background()
+
+	code, _, stderr := run(t, env, cmd("migrate", "up")...)
+	require.Equal(t, 0, code, stderr)
+	pool, err := pgxpool.New(ctx, url)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	plain, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
+	require.NoError(t, err)
+	pc, err := inbox.NewClient(plain, nil)
+	require.NoError(t, err)
+	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
+	old := inbox.Message{ID: inboxtest.NewIDAt(time.Now().Add(-20 * 24 * time.Hour))}
+	inboxtest.RequireApplied(t)(pc.Process(ctx, "billing", old, noop))
+
+	code, stdout, stderr := run(t, env, cmd("partitions", "adopt", "--dry-run")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "would make the partitioned inbox beside the plain one")
+	code, stdout, stderr = run(t, env, cmd("partitions", "adopt")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "switched after 1 attempt(s): the inbox is partitioned (39 partitions made), and the plain table is frozen as inbox_frozen")
+	require.Contains(t, stdout, "frozen plain table inbox_frozen: ")
+	code, stdout, stderr = run(t, env, cmd("partitions", "adopt")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "adopted already")
+	inboxtest.RequireDuplicate(t)(pc.Process(ctx, "billing", old, noop))
+
+	code, stdout, stderr = run(t, env, cmd("stats")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "partitions: 39 attached; ids from ")
+	require.Contains(t, stdout, "frozen plain table inbox_frozen: ")
+	code, stdout, _ = run(t, env, cmd("stats", "--json")...)
+	require.Equal(t, 0, code)
+	var st struct {
+		Partitions struct {
+			Frozen *struct {
+				Name      string
+				Consulted bool
+			}
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout), &st))
+	require.NotNil(t, st.Partitions.Frozen)
+	require.Equal(t, "inbox_frozen", st.Partitions.Frozen.Name)
+	require.True(t, st.Partitions.Frozen.Consulted)
+
+	code, stdout, stderr = run(t, env, cmd("partitions", "drop", "--retention", "10d", "--replay-horizon", "7d")...)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "retired the frozen plain table inbox_frozen")
+	_, err = pc.Process(ctx, "billing", old, noop)
+	require.ErrorIs(t, err, inbox.ErrIDExpired)
+	code, stdout, _ = run(t, env, cmd("stats")...)
+	require.Equal(t, 0, code)
+	require.NotContains(t, stdout, "frozen")
+
+	code, _, stderr = run(t, env, cmd("partitions", "adopt")...)
+	require.Equal(t, 1, code, "nothing to adopt")
+	require.Contains(t, stderr, "partitioned already")
+	code, _, stderr = run(t, env, cmd("partitions", "adopt", "--attempts", "0")...)
+	require.Equal(t, 2, code)
+	requireOneLine(t, stderr)
+}

@@ -54,6 +54,7 @@ type ops interface {
 	MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error)
 	Partitions(ctx context.Context) (*inbox.PartitionState, error)
 	MaintainPartitions(ctx context.Context, p inbox.MaintainPartitionsParams) (*inbox.PartitionReport, error)
+	AdoptPlainInbox(ctx context.Context, p inbox.AdoptParams) (*inbox.AdoptReport, error)
 	Config() inbox.Config
 }
 

@@ -268,6 +268,9 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		if rep.Purge, err = b.runPurge(ctx); err != nil {
 			return nil, err
 		}
+		if rep.Partition, err = b.runPartition(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.IDRows > 0 {
 		if rep.IDs, err = b.runIDs(ctx, rng); err != nil {

@@ -19,6 +19,9 @@ type Report struct {
 	Purge   *PurgeResult  `json:"purge,omitempty"`
 	IDs     *IDsResult    `json:"ids,omitempty"`
 	Outbox  *OutboxResult `json:"outbox,omitempty"`
+	// Partition compares retention by partition drop with the batched
+	// delete, and claims on a partitioned inbox with claims on a plain one.
+	Partition *PartitionResult `json:"partition,omitempty"`
 	// Targets are the issue's ratios, computed from this run.
 	Targets []Ratio `json:"targets,omitempty"`
 	// Skipped are the rows left out because a server they need could not
@@ -98,6 +101,57 @@ type PurgeResult struct {
 	// msgs/s.
 	P99Ratio  float64 `json:"p99_ratio"`
 	RateRatio float64 `json:"rate_ratio"`
+}
+
+// PartitionResult compares the two ways of retention on Postgres, in one
+// run: the batched delete of Rows expired rows from the plain inbox, and
+// the drop of a day partition of as many rows from the partitioned inbox
+// (DETACH PARTITION … CONCURRENTLY, then DROP TABLE). It also compares
+// claims on the partitioned inbox, with Partitions partitions, with claims
+// on the plain one.
+type PartitionResult struct {
+	Rows    int `json:"rows"`
+	Workers int `json:"workers"`
+	// HoldS is how long the long transaction (a claim left open) is held
+	// during each measurement under load.
+	HoldS  float64          `json:"hold_s"`
+	Delete RetentionFigures `json:"delete"`
+	Drop   RetentionFigures `json:"drop"`
+	// WALRatio is Delete.WALBytes over Drop.WALBytes.
+	WALRatio float64 `json:"wal_ratio"`
+	// Partitions are the partitions of the partitioned inbox when its
+	// claims were measured.
+	Partitions int `json:"partitions"`
+	// PlainClaims and PartitionedClaims are claims (the inbox row, one
+	// message per transaction) at Workers workers; msgs/s is the median
+	// of the rounds, which alternate.
+	PlainClaims       Figures `json:"plain_claims"`
+	PartitionedClaims Figures `json:"partitioned_claims"`
+	// ClaimsRatio is PartitionedClaims.MsgsPerS over PlainClaims.MsgsPerS.
+	ClaimsRatio float64 `json:"claims_ratio"`
+	// The CPU time the Postgres backends spent per claim, over every
+	// round, where it can be read: less noisy than the rates on a busy
+	// machine.
+	PlainServerCPUUsPerClaim       *float64 `json:"plain_server_cpu_us_per_claim,omitempty"`
+	PartitionedServerCPUUsPerClaim *float64 `json:"partitioned_server_cpu_us_per_claim,omitempty"`
+}
+
+// RetentionFigures are one way of retention: alone, its time and WAL;
+// under load, claims without it and during it, each with a long
+// transaction open.
+type RetentionFigures struct {
+	// S is its time alone (a purge with no rest), and WALBytes the WAL it
+	// wrote then (the pg_current_wal_lsn() delta: the LSN is
+	// cluster-wide, so other sessions can only add to it).
+	S        float64 `json:"s"`
+	WALBytes int64   `json:"wal_bytes"`
+	// UnderLoadS is its time under claims (a purge resting as the
+	// cleaner does; a drop whose detach waits for the long transaction).
+	UnderLoadS float64 `json:"under_load_s"`
+	Without    Figures `json:"without"`
+	During     Figures `json:"during"`
+	// P99Ratio is During.P99Ms over Without.P99Ms.
+	P99Ratio float64 `json:"p99_ratio"`
 }
 
 // IDsResult compares random UUIDv4 ids with time-ordered UUIDv7 ids on an
@@ -263,6 +317,24 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		}
 		p("\np99 during ÷ without: %.2f; claims/s during ÷ without: %.2f.\n", pr.P99Ratio, pr.RateRatio)
 	}
+	if pr := r.Partition; pr != nil {
+		p("\n## Retention: partition drop against batched delete\n\n")
+		p("%d expired rows, deleted in batches from the plain inbox, or dropped as one day partition of the partitioned inbox (`DETACH PARTITION … CONCURRENTLY`, then `DROP TABLE`). Alone: nothing else runs, and the WAL is the `pg_current_wal_lsn()` delta after a CHECKPOINT. Under load: claims (`inbox`, %d workers) without it and during it, a claim left open for %.1fs in each (the drop's detach waits for it).\n\n",
+			pr.Rows, pr.Workers, pr.HoldS)
+		p("| | alone s | WAL bytes | under load s | claims/s without | p99 ms without | claims/s during | p99 ms during | p99 ratio |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, f := range []struct {
+			name string
+			f    RetentionFigures
+		}{{"batched delete", pr.Delete}, {"partition drop", pr.Drop}} {
+			p("| %s | %.2f | %d | %.2f | %.0f | %.2f | %.0f | %.2f | %.2f |\n", f.name, f.f.S, f.f.WALBytes, f.f.UnderLoadS,
+				f.f.Without.MsgsPerS, f.f.Without.P99Ms, f.f.During.MsgsPerS, f.f.During.P99Ms, f.f.P99Ratio)
+		}
+		p("\nWAL of the delete ÷ WAL of the drop: %.1f. Claims on %d partitions: %.0f msgs/s (p99 %.2f ms) against %.0f on the plain inbox (p99 %.2f ms): %.2f×.\n",
+			pr.WALRatio, pr.Partitions, pr.PartitionedClaims.MsgsPerS, pr.PartitionedClaims.P99Ms, pr.PlainClaims.MsgsPerS, pr.PlainClaims.P99Ms, pr.ClaimsRatio)
+		if pr.PlainServerCPUUsPerClaim != nil {
+			p("Server CPU per claim: %s µs on %d partitions, %s µs on the plain inbox.\n", optional(pr.PartitionedServerCPUUsPerClaim), pr.Partitions, optional(pr.PlainServerCPUUsPerClaim))
+		}
+	}
 	if o := r.Outbox; o != nil {
 		p("\n## Outbox relay\n\n")
 		p("One relay (batch %d, %d batches in flight) drains %d events, enqueued beforehand: to a sink that keeps nothing (the store's share: claim and delete), and to kfake in this process, with acks. Latency is from a producer's commit to the broker's confirmation, one event at a time, the relay woken after the commit (%d events).\n\n",
@@ -369,6 +441,26 @@ func (r *Report) Ratios() []Ratio {
 	if r.Purge != nil && r.Purge.Without.P99Ms > 0 {
 		v := r.Purge.P99Ratio
 		out = append(out, Ratio{Name: "p99 during the purge ÷ p99 without (≤ 2)", Value: v, Want: 2, Met: v <= 2, LessIsBetter: true})
+	}
+	if p := r.Partition; p != nil {
+		if p.Drop.Without.P99Ms > 0 {
+			v := p.Drop.P99Ratio
+			out = append(out, Ratio{Name: "partition drop: claims' p99 during ÷ without, a long transaction open (≤ 1.1)", Value: v, Want: 1.1, Met: v <= 1.1, LessIsBetter: true})
+		}
+		if p.Delete.Without.P99Ms > 0 {
+			out = append(out, Ratio{Name: "batched delete: claims' p99 during ÷ without, a long transaction open (report only)", Value: p.Delete.P99Ratio, Met: true, ReportOnly: true})
+		}
+		if p.Drop.WALBytes > 0 {
+			out = append(out, Ratio{Name: fmt.Sprintf("WAL of the batched delete ÷ WAL of the partition drop, %d rows (≥ 20)", p.Rows), Value: p.WALRatio, Want: 20, Met: p.WALRatio >= 20})
+		}
+		if p.PlainClaims.MsgsPerS > 0 {
+			out = append(out, Ratio{Name: fmt.Sprintf("claims on %d partitions ÷ on the plain inbox, msgs/s at %d %s (≥ 0.95)", p.Partitions, p.Workers, workersWord(p.Workers)),
+				Value: p.ClaimsRatio, Want: 0.95, Met: p.ClaimsRatio >= 0.95})
+		}
+		if p.PlainServerCPUUsPerClaim != nil && p.PartitionedServerCPUUsPerClaim != nil && *p.PartitionedServerCPUUsPerClaim > 0 {
+			out = append(out, Ratio{Name: fmt.Sprintf("server CPU per claim, plain ÷ on %d partitions (report only: the rate's cost, less noisy)", p.Partitions),
+				Value: round2(*p.PlainServerCPUUsPerClaim / *p.PartitionedServerCPUUsPerClaim), Met: true, ReportOnly: true})
+		}
 	}
 	return out
 }

@@ -1,0 +1,75 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// FrozenInbox is the plain table of an inbox adopted into the partitioned
+// layout, kept read-only until none of its ids could be claimed again.
+type FrozenInbox = inboxdriver.FrozenInbox
+
+// AdoptReport is what AdoptPlainInbox did.
+type AdoptReport = inboxdriver.AdoptReport
+
+// AdoptParams say how AdoptPlainInbox switches tables.
+type AdoptParams struct {
+	// LockTimeout bounds each attempt's wait for the switch's lock, which
+	// waits for the claims open on the plain table while new claims wait
+	// behind it: it is the longest a claim stalls. Defaults to 1s.
+	LockTimeout time.Duration
+	// Attempts bounds the attempts at the switch. Defaults to 30.
+	Attempts int
+	// Backfill is how far back of the database's clock the new table's
+	// partitions reach: a replay of an id the frozen table holds is a
+	// duplicate when a partition covers the id's time, and is refused as
+	// expired (never applied) when none does. Defaults to the longer of
+	// the store's PartitionConfig.Backfill and Config.Retention plus
+	// PartitionConfig.MaxSkew, so that the ids the plain inbox still
+	// keeps stay duplicates.
+	Backfill time.Duration
+	// DryRun says what would be done, and does nothing.
+	DryRun bool
+}
+
+// AdoptPlainInbox moves an inbox that was migrated with the plain layout to
+// the partitioned layout (Postgres), while consumers keep running, and
+// without a window in which a duplicate could apply.
+//
+// The client's store must be configured with Tables.Layout
+// inboxdriver.LayoutPartitioned (the layout the inbox is moving to) while
+// its table is still the plain one. The new partitioned table is made beside
+// the plain one; one short transaction then renames the plain table to
+// inboxdriver.FrozenName and the new one to the inbox's name. From then on
+// every claim, from any client, goes to the partitioned table, and an id
+// that the frozen table holds is a duplicate there: it is looked up
+// read-only. The switch waits for the claims open on the plain table, each
+// attempt at most p.LockTimeout, and claims that arrive meanwhile wait
+// behind it.
+//
+// Partition maintenance that drops (RunCleaner, MaintainPartitions with
+// Drop) retires the frozen table once none of its ids falls inside the
+// partitions: any replay of them is then refused as expired.
+//
+// Deploy every consumer with the partitioned layout before the switch. A
+// process still configured with the plain layout claims correctly after it,
+// but its cleaner's purge would run the plain table's statement on the
+// partitioned one.
+func (c *Client[TTx]) AdoptPlainInbox(ctx context.Context, p AdoptParams) (*AdoptReport, error) {
+	a, ok := c.driver.(inboxdriver.Adopter)
+	if !ok || !c.partitioned() {
+		return nil, fmt.Errorf("inbox: adopt: configure the store with Tables.Layout %q, the layout the inbox moves to (a Postgres store)", inboxdriver.LayoutPartitioned)
+	}
+	if p.Backfill == 0 {
+		pc := partitionConfig(c.driver)
+		p.Backfill = max(pc.Backfill, c.config.Retention+pc.MaxSkew)
+	}
+	rep, err := a.AdoptPlainInbox(ctx, &inboxdriver.AdoptParams{LockTimeout: p.LockTimeout, Attempts: p.Attempts, Backfill: p.Backfill, DryRun: p.DryRun})
+	if err != nil {
+		return rep, c.classify(err) // the store's errors say "inbox: adopt: …
+	}
+	return rep, nil
+}
