@@ -370,6 +370,7 @@ func (r *Report) Ratios() []Ratio {
 		v := r.Purge.P99Ratio
 		out = append(out, Ratio{Name: "p99 during the purge ÷ p99 without (≤ 2)", Value: v, Want: 2, Met: v <= 2, LessIsBetter: true})
 	}
+	out = append(out, r.telemetryRatios()...)
 	return out
 }
 
