@@ -114,6 +114,7 @@ type Observer struct {
 	publish, relayClaim, lag                      metric.Float64Histogram
 
 	attrs sync.Map // attrKey → metric.MeasurementOption
+	names sync.Map // consumer → its process span's name
 }
 
 var (
@@ -213,7 +214,7 @@ func (o *Observer) TxStart(ctx context.Context, consumer string, msgs []inbox.Me
 			parent = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	ctx, span := o.tracer.Start(parent, "process "+consumer, trace.WithSpanKind(trace.SpanKindConsumer))
+	ctx, span := o.tracer.Start(parent, o.spanName(consumer), consumerKind)
 	if !span.IsRecording() {
 		return ctx
 	}
@@ -246,6 +247,18 @@ func (o *Observer) TxStart(ctx context.Context, consumer string, msgs []inbox.Me
 	}
 	span.SetAttributes(kvs...)
 	return ctx
+}
+
+var consumerKind = trace.WithSpanKind(trace.SpanKindConsumer)
+
+// spanName is "process {consumer}", made once per consumer.
+func (o *Observer) spanName(consumer string) string {
+	if v, ok := o.names.Load(consumer); ok {
+		return v.(string)
+	}
+	name := "process " + consumer
+	o.names.Store(consumer, name)
+	return name
 }
 
 func sameQueue(msgs []inbox.Message) bool {

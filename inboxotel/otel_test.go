@@ -247,8 +247,10 @@ func TestOutboxTrace(t *testing.T) {
 	ctx, root := tm.tp.Tracer("test").Start(context.Background(), "place order")
 	tx, err := pool.Begin(ctx)
 	require.NoError(t, err)
-	ids, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Headers: map[string]string{"k": "v"}})
+	mine := map[string]string{"k": "v"}
+	ids, err := ob.EnqueueTx(ctx, tx, outbox.Message{Topic: "orders", Headers: mine})
 	require.NoError(t, err)
+	require.Equal(t, map[string]string{"k": "v"}, mine, "the caller's headers are left as they were")
 	require.NoError(t, tx.Commit(ctx))
 	root.End()
 

@@ -198,3 +198,33 @@ func TestDeadLetterReasonBounded(t *testing.T) {
 	require.Equal(t, inbox.ReasonPermanent, inboxprom.DeadLetterReason(inbox.ReasonPermanent))
 	require.Equal(t, "other", inboxprom.DeadLetterReason("my own reason 42"))
 }
+
+// A claim that waits too long behind another transaction's claim of the
+// same id counts as a lock timeout and a contention failure.
+func TestLockTimeoutPostgres(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pools.Get(t, pgxpool.New, (*pgxpool.Pool).Close)
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: testdb.Schema(t)}})
+	require.NoError(t, err)
+	migrate(t, d)
+	reg := prometheus.NewRegistry()
+	obs, err := inboxprom.New(inboxprom.Config{Registerer: reg})
+	require.NoError(t, err)
+	c, err := inbox.NewClient(d, &inbox.Config{Observer: obs, LockTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+
+	id := inboxtest.NewID()
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id})
+	require.NoError(t, err)
+	require.True(t, claimed)
+	defer tx.Rollback(ctx)
+	_, err = c.Process(ctx, "billing", inbox.Message{ID: id}, inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil }))
+	require.ErrorIs(t, err, inbox.ErrLockTimeout)
+
+	m := scrape(t, reg)
+	require.Equal(t, 1.0, m[`inbox_lock_timeouts_total{consumer="billing"}`])
+	require.Equal(t, 0.0, m[`inbox_tx_conflicts_total{consumer="billing"}`])
+	require.Equal(t, 1.0, m[`inbox_tx_failures_total{consumer="billing",fault="contention"}`])
+	require.Equal(t, 1.0, m[`inbox_messages_total{consumer="billing",outcome="failed"}`])
+}
