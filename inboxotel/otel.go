@@ -416,10 +416,11 @@ func (o *Observer) Parked(ctx context.Context, e *outbox.ParkEvent) {
 }
 
 // Sink wraps a relay's sink so that each call to Publish makes a "send
-// {topic}" span of kind producer per topic, linking the create span of
-// each event it publishes (one event's send span is its create span's
-// child). The records' headers are passed on unchanged: the consumer
-// continues the trace of the create span.
+// {topic}" span ("send" when the records have several topics) of kind
+// client, linking the create span of each event it publishes (one event's
+// send span is its create span's child). The records' headers are passed
+// on unchanged: the consumer continues the trace of the create span, the
+// creation context.
 func (o *Observer) Sink(s outbox.Sink) outbox.Sink {
 	return &sink{o: o, next: s}
 }
@@ -450,7 +451,7 @@ func (s *sink) Publish(ctx context.Context, recs []outbox.Record) []error {
 			parent = trace.ContextWithRemoteSpanContext(ctx, sc)
 		}
 	}
-	ctx, span := s.o.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindProducer))
+	ctx, span := s.o.tracer.Start(parent, name, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		kvs := []attribute.KeyValue{keySystem.String(s.o.system), keyOperationType.String("send"), keyOperationName.String("send")}
 		if topic != "" {

@@ -284,6 +284,7 @@ func TestOutboxTrace(t *testing.T) {
 	require.Equal(t, create[0].SpanContext().SpanID(), send[0].Parent().SpanID())
 	require.Equal(t, create[0].SpanContext().SpanID(), process[0].Parent().SpanID())
 	require.Equal(t, trace.SpanKindProducer, create[0].SpanKind())
+	require.Equal(t, trace.SpanKindClient, send[0].SpanKind())
 	require.Equal(t, ids[0], attrs(create[0])["messaging.message.id"].AsString())
 	require.Equal(t, "send", attrs(send[0])["messaging.operation.type"].AsString())
 	require.Equal(t, int64(1), tm.sum(t, "outbox.published", inboxotel.AttrResult.String("ok")))
@@ -301,4 +302,38 @@ func TestNoopProvider(t *testing.T) {
 	require.Equal(t, producer.TraceID(), trace.SpanContextFromContext(ctx).TraceID(), "the no-op span carries the message's context")
 	obs.TxEnd(ctx, &inbox.TxEvent{Consumer: "billing", Messages: 1, Applied: 1})
 	require.Len(t, sr.Ended(), 1) // only the producer's
+}
+
+// A relay's publish of several events makes one send span that links each
+// event's create span.
+func TestSendLinks(t *testing.T) {
+	t.Parallel()
+	tm := newTelemetry(t)
+	pool := pools.Get(t, pgxpool.New, (*pgxpool.Pool).Close)
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: testdb.Schema(t)}})
+	require.NoError(t, err)
+	migrate(t, d)
+	ob, err := outbox.New(d, &outbox.Config{Observer: tm.obs})
+	require.NoError(t, err)
+	_, err = ob.Enqueue(context.Background(), outbox.Message{Topic: "orders"}, outbox.Message{Topic: "orders"}, outbox.Message{Topic: "orders"})
+	require.NoError(t, err)
+	sink := &outbox.MemorySink{}
+	relay, err := ob.NewRelay(tm.obs.Sink(sink), nil)
+	require.NoError(t, err)
+	res, err := relay.RelayOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, res.Published)
+
+	create := tm.ended("create orders")
+	send := tm.ended("send orders")
+	require.Len(t, create, 3)
+	require.Len(t, send, 1)
+	require.Equal(t, int64(3), attrs(send[0])["messaging.batch.message_count"].AsInt64())
+	links := map[trace.SpanID]bool{}
+	for _, l := range send[0].Links() {
+		links[l.SpanContext.SpanID()] = true
+	}
+	for _, c := range create {
+		require.True(t, links[c.SpanContext().SpanID()], "the send span links create span %s", c.SpanContext().SpanID())
+	}
 }
