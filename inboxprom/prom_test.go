@@ -228,3 +228,37 @@ func TestLockTimeoutPostgres(t *testing.T) {
 	require.Equal(t, 1.0, m[`inbox_tx_failures_total{consumer="billing",fault="contention"}`])
 	require.Equal(t, 1.0, m[`inbox_messages_total{consumer="billing",outcome="failed"}`])
 }
+
+// The collector reads the store at most once per interval, and reports a
+// failed read as inbox_stats_up 0 without the gauges.
+func TestStatsCacheAndFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db, err := inboxsqlite.Open(filepath.Join(t.TempDir(), "inbox.db"))
+	require.NoError(t, err)
+	d, err := inboxsql.New(db, inboxsqlite.Engine, nil)
+	require.NoError(t, err)
+	migrate(t, d)
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	ok := inbox.HandlerFunc[*sql.Tx](func(context.Context, *sql.Tx, inbox.Message) error { return nil })
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, ok))
+
+	cached := prometheus.NewRegistry()
+	_, err = inboxprom.NewStatsCollector(c, inboxprom.StatsConfig{Registerer: cached, Interval: time.Hour})
+	require.NoError(t, err)
+	fresh := prometheus.NewRegistry()
+	sc, err := inboxprom.NewStatsCollector(c, inboxprom.StatsConfig{Registerer: fresh, Interval: -1})
+	require.NoError(t, err)
+	require.Equal(t, 1.0, scrape(t, cached)[`inbox_rows{consumer="billing"}`])
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, ok))
+	require.Equal(t, 1.0, scrape(t, cached)[`inbox_rows{consumer="billing"}`], "within the interval the last read serves")
+	require.Equal(t, 2.0, scrape(t, fresh)[`inbox_rows{consumer="billing"}`])
+
+	require.NoError(t, db.Close())
+	m := scrape(t, fresh)
+	require.Equal(t, 0.0, m[`inbox_stats_up`])
+	_, has := m[`inbox_rows{consumer="billing"}`]
+	require.False(t, has, "a failed read reports no stale gauges")
+	require.Error(t, sc.Err())
+}
