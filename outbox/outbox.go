@@ -74,6 +74,10 @@ type Config struct {
 	// Logger receives the outbox's logs. Defaults to nil, which is silent.
 	Logger *slog.Logger
 
+	// Observer, if set, sees each event before it is written and may add
+	// headers to it, such as a trace context (package inboxotel).
+	Observer EnqueueObserver
+
 	// Now returns the current time, which stamps created_at and mints the
 	// ids' time. Defaults to time.Now.
 	Now func() time.Time
@@ -138,6 +142,7 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, msgs ...Message) ([
 	if err != nil {
 		return nil, err
 	}
+	o.observeEnqueue(ctx, p)
 	if err := o.store.OutboxEnqueue(ctx, tx, p); err != nil {
 		return nil, fmt.Errorf("outbox: enqueue %d events: %w", len(msgs), classify(o.store, err))
 	}
@@ -157,6 +162,7 @@ func (o *Outbox[TTx]) Enqueue(ctx context.Context, msgs ...Message) ([]string, e
 	if err != nil {
 		return nil, err
 	}
+	o.observeEnqueue(ctx, p)
 	tx, err := o.store.OutboxBegin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: begin: %w", classify(o.store, err))

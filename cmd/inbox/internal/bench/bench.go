@@ -229,6 +229,8 @@ type bench struct {
 	kafka  *kafkaStore
 	nats   *natsStore
 	rabbit *rabbitStore
+	// telemetry holds the clients of the telemetry rows (telemetry.go).
+	telemetry *telemetryStore
 	// skipped are the rows left out because a resource they need could
 	// not be reached.
 	skipped []Skipped

@@ -462,6 +462,7 @@ func (r *Report) Ratios() []Ratio {
 				Value: round2(*p.PlainServerCPUUsPerClaim / *p.PartitionedServerCPUUsPerClaim), Met: true, ReportOnly: true})
 		}
 	}
+	out = append(out, r.telemetryRatios()...)
 	return out
 }
 
