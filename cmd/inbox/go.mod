@@ -23,11 +23,12 @@ replace github.com/txinbox/inbox/inboxsql/inboxpostgres => ../../inboxsql/inboxp
 require (
 	github.com/Admiral-Piett/goaws v0.5.4
 	github.com/ThreeDotsLabs/watermill v1.5.1
+	github.com/ThreeDotsLabs/watermill-sql/v4 v4.1.2
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/credentials v1.21.1
 	github.com/aws/aws-sdk-go-v2/service/sqs v1.53.0
 	github.com/go-sql-driver/mysql v1.10.1
-	github.com/jackc/pgx/v5 v5.12.0
+	github.com/jackc/pgx/v5 v5.13.0
 	github.com/nats-io/nats-server/v2 v2.15.3
 	github.com/nats-io/nats.go v1.56.0
 	github.com/rabbitmq/amqp091-go v1.17.0
@@ -44,6 +45,7 @@ require (
 	github.com/txinbox/inbox/inboxsql/inboxpostgres v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxsql/inboxsqlite v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxsqs v0.0.0-00010101000000-000000000000
+	github.com/txinbox/inbox/inboxwatermill v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -62,6 +64,7 @@ require (
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
+	github.com/lib/pq v1.10.9 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect

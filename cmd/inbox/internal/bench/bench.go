@@ -229,6 +229,9 @@ type bench struct {
 	kafka  *kafkaStore
 	nats   *natsStore
 	rabbit *rabbitStore
+	// watermillSQL and watermillInbox are the Watermill rows' (watermill.go).
+	watermillSQL   *watermillSQL
+	watermillInbox *watermillInbox
 	// skipped are the rows left out because a resource they need could
 	// not be reached.
 	skipped []Skipped
