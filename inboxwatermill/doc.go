@@ -27,7 +27,9 @@
 // The poison queue outermost, then Retry, then the inbox, then the
 // handler. Each retry is then a transaction of its own that claims again;
 // a message that keeps failing reaches the poison queue with nothing of it
-// committed. Acks stay Watermill's: applied or duplicate returns no error,
+// committed. Watermill wraps middlewares in the order they were added,
+// router-level and handler-level alike, the first added outermost: add the
+// poison queue and Retry before the inbox. Acks stay Watermill's: applied or duplicate returns no error,
 // so the Router acks; a failure, or a commit whose outcome is unknown,
 // returns one, so the Router nacks.
 //

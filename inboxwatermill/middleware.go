@@ -103,8 +103,10 @@ type processor[TTx any] interface {
 // store's error or a commit whose outcome is unknown returns an error: the
 // Router nacks, and the redelivery is applied, or found to be a Duplicate.
 //
-// Put it innermost: Router.AddMiddleware(poisonQueue, retry.Middleware)
-// then the handler's AddMiddleware(Middleware(...)). Never add Watermill's
+// Put it innermost. Watermill wraps middlewares in the order they were
+// added, router-level and handler-level alike, the first added outermost:
+// call Router.AddMiddleware(poisonQueue, retry.Middleware) before the
+// handler's AddMiddleware(Middleware(...)). Never add Watermill's
 // Deduplicator (see the package doc).
 func Middleware[TTx any](client *inbox.Client[TTx], consumer string, config *Config[TTx]) message.HandlerMiddleware {
 	if client == nil {

@@ -322,3 +322,38 @@ func TestBadKeyFails(t *testing.T) {
 	require.ErrorIs(t, err, inbox.ErrMalformedID)
 	require.Equal(t, int32(0), runs.Load())
 }
+
+// The documented order, poison queue outermost, then Retry, then the
+// inbox: every retry is a transaction of its own, and a message that keeps
+// failing reaches the poison queue with nothing of it committed.
+func TestPoisonQueueRetryInboxOrder(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, poisonQueueRetryInbox[*sql.Tx], poisonQueueRetryInbox[pgx.Tx])
+}
+
+func poisonQueueRetryInbox[TTx any](t *testing.T, s *store[TTx]) {
+	ps := newPubSub(t)
+	poisoned := collect(t, ps, "poison")
+	poison, err := middleware.PoisonQueue(ps, "poison")
+	require.NoError(t, err)
+	r := newRouter(t)
+	r.AddMiddleware(poison, middleware.Retry{MaxRetries: 2, InitialInterval: time.Millisecond}.Middleware)
+	var runs atomic.Int32
+	effect := effectHandler(s, &runs)
+	h := r.AddHandler("billing", "orders", ps, "receipts", failingPublisher{}, func(msg *message.Message) ([]*message.Message, error) {
+		if _, err := effect(msg); err != nil {
+			return nil, err
+		}
+		return nil, errors.New("always fails after its effect")
+	})
+	h.AddMiddleware(inboxwatermill.Middleware(s.client, "billing", nil))
+	runRouter(t, r)
+
+	sent := ids(1)
+	publish(t, ps, "orders", sent)
+	require.Equal(t, int32(3), runs.Load(), "the first try and two retries, each in a transaction of its own")
+	require.Len(t, s.effects(t), 0, "nothing committed")
+	got := poisoned.all()
+	require.Len(t, got, 1)
+	require.Equal(t, sent[0], got[0].UUID)
+}
