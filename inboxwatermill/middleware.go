@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -167,6 +168,8 @@ func middleware[TTx any](client processor[TTx], consumer string, config *Config[
 			if out == inbox.Duplicate {
 				return nil, nil
 			}
+			// The Router acks next: the chaos tools' crash point.
+			fault.Inject(orig, fault.AfterCommitBeforeAck)
 			return after, nil
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxwatermill"
+	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
 )
@@ -356,4 +357,48 @@ func poisonQueueRetryInbox[TTx any](t *testing.T, s *store[TTx]) {
 	got := poisoned.all()
 	require.Len(t, got, 1)
 	require.Equal(t, sent[0], got[0].UUID)
+}
+
+// The crash between the commit and the ack at the fault point the chaos
+// tools use: a hook panics there, the Router recovers and nacks, as a
+// consumer that died before its ack leaves the message to be delivered
+// again. The redelivery is a Duplicate.
+func TestFaultPointAfterCommitBeforeAck(t *testing.T) {
+	t.Parallel()
+	onBothStores(t, faultPointAfterCommit[*sql.Tx], faultPointAfterCommit[pgx.Tx])
+}
+
+func faultPointAfterCommit[TTx any](t *testing.T, s *store[TTx]) {
+	ps := newPubSub(t)
+	r := newRouter(t)
+	var runs, crashes atomic.Int32
+	var mu sync.Mutex
+	crashed := map[string]bool{}
+	armed := func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			msg.SetContext(fault.WithHook(msg.Context(), func(p fault.Point) {
+				if p != fault.AfterCommitBeforeAck {
+					return
+				}
+				mu.Lock()
+				first := !crashed[msg.UUID]
+				crashed[msg.UUID] = true
+				mu.Unlock()
+				if first {
+					crashes.Add(1)
+					panic("crash after the commit, before the ack")
+				}
+			}))
+			return h(msg)
+		}
+	}
+	h := r.AddHandler("billing", "orders", ps, "receipts", failingPublisher{}, effectHandler(s, &runs))
+	h.AddMiddleware(armed, inboxwatermill.Middleware(s.client, "billing", nil))
+	runRouter(t, r)
+
+	sent := ids(5)
+	publish(t, ps, "orders", sent)
+	require.Equal(t, int32(len(sent)), crashes.Load(), "every message crashed once at the fault point")
+	require.Equal(t, int32(len(sent)), runs.Load(), "the redeliveries were Duplicates")
+	requireOnceEach(t, s.effects(t), sent)
 }
