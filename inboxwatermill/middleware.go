@@ -57,7 +57,10 @@ type Config[TTx any] struct {
 	// Outbox receives the messages the handler returns, in the handler's
 	// transaction, so that they commit with the inbox row, and its relays
 	// publish them. Required when the handler returns messages, unless
-	// PublishAfterCommit is set. Defaults to nil.
+	// PublishAfterCommit is set. A produced message's UUID becomes its
+	// event id, so it must be valid in the outbox's IDFormat (those of
+	// watermill.NewUUID are); an empty one is minted by the outbox.
+	// Defaults to nil.
 	Outbox *outbox.Outbox[TTx]
 
 	// Topic returns the outbox topic of a produced message. Defaults to the
