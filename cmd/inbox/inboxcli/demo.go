@@ -91,12 +91,13 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 
 // why says what each strategy got wrong.
 var why = map[string]string{
-	"none":              "every redelivery applied again",
-	"offset-key":        "the republished event had a new offset",
-	"payload-hash":      "two real top-ups had the same body",
-	"separate-store":    "the skip was not in the commit",
-	"ack-before-commit": "offsets committed before the work",
-	"inbox":             "event id claimed in the same transaction",
+	"none":                             "every redelivery applied again",
+	"offset-key":                       "the republished event had a new offset",
+	"payload-hash":                     "two real top-ups had the same body",
+	"separate-store":                   "the skip was not in the commit",
+	"ack-before-commit":                "offsets committed before the work",
+	"inbox":                            "event id claimed in the same transaction",
+	demo.StrategyWatermillDeduplicator: "keys in memory, recorded before the handler: a restart forgets, a failed handler's redelivery is acked",
 }
 
 // whyOn says what a strategy got wrong where a broker tells it otherwise
@@ -120,13 +121,13 @@ func printDemo(w io.Writer, r *demo.Result) {
 		fmt.Fprintf(w, "Billing and inventory each crash after the effect, after the commit and before the ack, and mid-batch\n")
 	}
 	fmt.Fprintf(w, "(%d crashes in all); one event is republished, and two real events have identical bodies.\n\n", r.Crashes)
-	fmt.Fprintf(w, "%-19s %6s %15s %5s %16s %10s %10s\n", "strategy", "events", "double-applied", "lost", "wrongly-skipped", "balance", "expected")
+	fmt.Fprintf(w, "%-22s %6s %15s %5s %16s %10s %10s\n", "strategy", "events", "double-applied", "lost", "wrongly-skipped", "balance", "expected")
 	for _, s := range r.Strategies {
 		mark := "✗"
 		if s.BalanceOK && s.DoubleApplied+s.Lost+s.WronglySkipped == 0 {
 			mark = "✓"
 		}
-		fmt.Fprintf(w, "%-19s %6d %15d %5d %16d %10s %10s  %s\n", s.Name, r.Events, s.DoubleApplied, s.Lost, s.WronglySkipped,
+		fmt.Fprintf(w, "%-22s %6d %15d %5d %16d %10s %10s  %s\n", s.Name, r.Events, s.DoubleApplied, s.Lost, s.WronglySkipped,
 			dollars(s.Cents), dollars(s.WantCents), mark)
 	}
 	fmt.Fprintln(w)
@@ -135,7 +136,7 @@ func printDemo(w io.Writer, r *demo.Result) {
 		if r, ok := whyOn[r.Transport][s.Name]; ok {
 			reason = r
 		}
-		fmt.Fprintf(w, "  %-18s %s\n", s.Name+":", reason)
+		fmt.Fprintf(w, "  %-23s %s\n", s.Name+":", reason)
 	}
 }
 

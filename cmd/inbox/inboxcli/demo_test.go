@@ -41,7 +41,7 @@ func TestDemoJSON(t *testing.T) {
 	for _, s := range res.Strategies {
 		names = append(names, s.Name)
 	}
-	require.Equal(t, []string{"none", "offset-key", "payload-hash", "separate-store", "ack-before-commit", "inbox"}, names)
+	require.Equal(t, []string{"none", "offset-key", "payload-hash", "separate-store", "ack-before-commit", "inbox", "watermill-deduplicator"}, names)
 	inbox := res.Strategies[5]
 	require.Zero(t, inbox.DoubleApplied+inbox.Lost+inbox.WronglySkipped)
 	require.True(t, inbox.BalanceOK)
@@ -53,6 +53,9 @@ func TestDemoJSON(t *testing.T) {
 	none := res.Strategies[0]
 	require.Positive(t, none.DoubleApplied)
 	require.Greater(t, none.BalanceCents, none.ExpectedCents, "no dedup: the redeliveries credited again")
+	wd := res.Strategies[6]
+	require.Positive(t, wd.DoubleApplied+wd.Lost, "Watermill's Deduplicator forgets on restart and acks a failed handler's message")
+	require.False(t, wd.BalanceOK)
 	require.Positive(t, res.Crashes)
 }
 

@@ -26,7 +26,7 @@ func TestDemoTransportNATS(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &res))
 	require.Equal(t, "nats", res.Transport)
-	require.Len(t, res.Strategies, 6)
+	require.Len(t, res.Strategies, 7)
 	inbox := res.Strategies[5]
 	require.Equal(t, "inbox", inbox.Name)
 	require.Zero(t, inbox.DoubleApplied+inbox.Lost+inbox.WronglySkipped)

@@ -231,6 +231,9 @@ type bench struct {
 	rabbit *rabbitStore
 	// telemetry holds the clients of the telemetry rows (telemetry.go).
 	telemetry *telemetryStore
+	// watermillSQL and watermillInbox are the Watermill rows' (watermill.go).
+	watermillSQL   *watermillSQL
+	watermillInbox *watermillInbox
 	// skipped are the rows left out because a resource they need could
 	// not be reached.
 	skipped []Skipped

@@ -432,6 +432,7 @@ func (r *Report) Ratios() []Ratio {
 			}
 		}
 	}
+	out = append(out, r.watermillRatios(get)...)
 	add("outbox-enqueue-1 ÷ bare, business tx/s at 8 workers (≥ 0.83: at most 20% added)", "outbox-enqueue-1", 8, "bare", 8, 0.83)
 	if o := r.Outbox; o != nil {
 		out = append(out,

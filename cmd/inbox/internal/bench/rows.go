@@ -70,6 +70,11 @@ var rows = []*row{
 	{name: "nats-inbox-batch-100", batch: brokerBatch, postgres: true, inbox: true, needs: []*resource{natsResource}, op: natsInboxBatch},
 	{name: "rabbitmq-bare-ack", batch: brokerBatch, needs: []*resource{rabbitResource}, op: rabbitBareAck},
 	{name: "rabbitmq-inbox-batch-100", batch: brokerBatch, postgres: true, inbox: true, needs: []*resource{rabbitResource}, op: rabbitInboxBatch},
+	// Watermill's exactly-once answer beside the inbox on a Watermill
+	// Router, and the middleware's cost (watermill.go).
+	{name: "watermill-sql-exactly-once", batch: brokerBatch, postgres: true, needs: []*resource{watermillSQLResource}, op: watermillSQLExactlyOnce},
+	{name: "watermill-inbox", batch: 1, postgres: true, inbox: true, needs: []*resource{watermillInboxResource}, op: watermillRouterInbox},
+	{name: "watermill-middleware", batch: 1, postgres: true, inbox: true, needs: []*resource{watermillInboxResource}, op: watermillMiddleware},
 	// The batch rows above apply a batch's effects with one statement, a
 	// BatchHandler. This one calls the one-message handler for each
 	// message, one round trip each, for comparison.

@@ -32,6 +32,9 @@
 //     the real adapter (inboxkafka, inboxnats, inboxrabbit) over the real
 //     store, in consumer processes that are killed with SIGKILL at the
 //     fault points.
+//   - watermill-deduplicator: a Watermill handler behind Watermill's
+//     Deduplicator middleware, keyed on the event id (watermill.go). At the
+//     first window its handler fails and the process lives on.
 //
 // On NATS and RabbitMQ a crash closes the consumer's connection without
 // acknowledging, and acknowledging is what committing offsets is on Kafka.
@@ -136,7 +139,7 @@ type StrategyResult struct {
 }
 
 // The strategies, in the order they are shown.
-var Strategies = []string{"none", "offset-key", "payload-hash", "separate-store", "ack-before-commit", "inbox"}
+var Strategies = []string{"none", "offset-key", "payload-hash", "separate-store", "ack-before-commit", "inbox", StrategyWatermillDeduplicator}
 
 // The consumers of every strategy.
 var consumers = []string{"billing", "inventory"}
@@ -311,6 +314,8 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 				var err error
 				if name == "inbox" {
 					crashes, err = runInbox(ctx, &cfg, st, b, s, consumer)
+				} else if name == StrategyWatermillDeduplicator {
+					crashes, err = runWatermillDedup(ctx, &cfg, st, b, s, consumer)
 				} else {
 					crashes, err = runNaive(ctx, &cfg, st, b, s, name, consumer)
 				}

@@ -69,6 +69,9 @@ func requireSeedsStory(t *testing.T, res *Result) {
 	require.Positive(t, s["payload-hash"].WronglySkipped, "two real events have the same body")
 	require.Positive(t, s["separate-store"].DoubleApplied+s["separate-store"].Lost, "the skip is not in the commit")
 	require.Positive(t, s["ack-before-commit"].Lost, "offsets committed before the work lose it")
+	require.Positive(t, s[StrategyWatermillDeduplicator].Lost, "the Deduplicator acks a failed handler's redelivery")
+	require.Positive(t, s[StrategyWatermillDeduplicator].DoubleApplied, "a restart forgets the Deduplicator's keys")
+	require.False(t, s[StrategyWatermillDeduplicator].BalanceOK)
 	for _, name := range Strategies[:5] {
 		require.False(t, s[name].BalanceOK, "%s should end with a wrong balance", name)
 	}
