@@ -223,9 +223,12 @@ func natsBareLoop(ctx context.Context, c jetstream.Consumer, t *tracker) error {
 	var msgs []jetstream.Msg
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, natsFetchWait)
+		deadline, _ := fctx.Deadline()
 		batch, err := c.Fetch(brokerBatch, jetstream.FetchContext(fctx))
 		if err != nil {
-			expired := fctx.Err() != nil
+			// The client checks the deadline itself, and may find it
+			// passed before fctx's timer has fired and set fctx.Err().
+			expired := fctx.Err() != nil || !time.Now().Before(deadline)
 			cancel()
 			switch {
 			case ctx.Err() != nil:
