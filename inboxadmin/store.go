@@ -76,6 +76,15 @@ func FromClient[TTx any](c *inbox.Client[TTx]) (Store, Outbox) {
 	return s, nil
 }
 
+// OutboxOf adapts a store's outbox administration to the Outbox the page
+// reads; now is the clock of its lag and of the operator's changes.
+func OutboxOf(a inboxdriver.OutboxAdmin, now func() time.Time) Outbox {
+	if now == nil {
+		now = time.Now
+	}
+	return driverOutbox{a: a, now: now}
+}
+
 // clientStore is a Store over an *inbox.Client.
 type clientStore[TTx any] struct{ c *inbox.Client[TTx] }
 
