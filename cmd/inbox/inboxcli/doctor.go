@@ -622,9 +622,9 @@ func (d *doctor) checkXmin(ctx context.Context) {
 		return
 	}
 	// The oldest transaction that holds a snapshot, other than this one:
-	// its age in seconds and in transaction ids. Without pg_read_all_stats
+	// its age in milliseconds and in transaction ids. Without pg_read_all_stats
 	// a role sees only its own sessions.
-	v, err := d.ints(ctx, d.s.admin, `SELECT COALESCE(max(extract(epoch FROM clock_timestamp() - xact_start))::bigint, 0) FROM pg_stat_activity
+	v, err := d.ints(ctx, d.s.admin, `SELECT COALESCE(max(extract(epoch FROM clock_timestamp() - xact_start) * 1000)::bigint, 0) FROM pg_stat_activity
 WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
 UNION ALL
 SELECT COALESCE(max(age(backend_xmin)), 0)::bigint FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
@@ -639,11 +639,11 @@ SELECT count(*) FROM pg_prepared_xacts`)
 		d.set("xmin", checkFail, "cannot read pg_stat_activity: "+errText(err), "")
 		return
 	}
-	secs, xids, slot, prepared := v[0], v[1], v[2], v[3]
-	held := time.Duration(secs) * time.Second
+	ms, xids, slot, prepared := v[0], v[1], v[2], v[3]
+	held := time.Duration(ms) * time.Millisecond
 	switch {
 	case held > d.opts.maxTx:
-		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", inbox.FormatDuration(held), xids),
+		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", inbox.FormatDuration(held.Round(time.Second)), xids),
 			"find it in pg_stat_activity (ORDER BY xact_start) and end it; set idle_in_transaction_session_timeout")
 	case prepared > 0:
 		d.set("xmin", checkWarn, fmt.Sprintf("%d prepared transactions hold back vacuum", prepared), "COMMIT PREPARED or ROLLBACK PREPARED them (pg_prepared_xacts)")
