@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,10 @@ type fixture struct {
 	// stuckEffect leaves a step of consumer's message started, its outcome
 	// unknown.
 	stuckEffect func(ctx context.Context, consumer, id, step string) error
+	// exec runs a statement on the store, with {inbox}, {inbox_effects}
+	// and {outbox} standing for the tables' qualified names (Postgres only;
+	// nil elsewhere).
+	exec func(ctx context.Context, stmt string, args ...any) error
 	// enqueue writes one event into the outbox.
 	enqueue func(ctx context.Context, topic string, payload []byte) (string, error)
 }
@@ -113,7 +118,7 @@ func postgres(t *testing.T) *fixture {
 	require.NoError(t, err)
 	ob, err := outbox.New(d, nil)
 	require.NoError(t, err)
-	return newFixture(t, "postgres", c, ob,
+	f := newFixture(t, "postgres", c, ob,
 		func(ctx context.Context, tx pgx.Tx, id string) error {
 			_, err := tx.Exec(ctx, `INSERT INTO `+table+` (id) VALUES ($1)`, id)
 			return err
@@ -123,6 +128,14 @@ func postgres(t *testing.T) *fixture {
 			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE id = $1`, id).Scan(&n))
 			return n
 		})
+	f.exec = func(ctx context.Context, stmt string, args ...any) error {
+		for _, tb := range []string{"inbox", "inbox_effects", "outbox"} {
+			stmt = strings.ReplaceAll(stmt, "{"+tb+"}", pgx.Identifier{schema, tb}.Sanitize())
+		}
+		_, err := pool.Exec(ctx, stmt, args...)
+		return err
+	}
+	return f
 }
 
 // sqlite is a fixture on a new SQLite file.

@@ -9,6 +9,7 @@ replace github.com/txinbox/inbox/inboxpgx => ../inboxpgx
 replace github.com/txinbox/inbox/inboxsql/inboxsqlite => ../inboxsql/inboxsqlite
 
 require (
+	github.com/chromedp/chromedp v0.23.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxpgx v0.0.0-00010101000000-000000000000
@@ -16,7 +17,9 @@ require (
 )
 
 require (
+	github.com/chromedp/cdproto v0.160.1 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect

@@ -268,6 +268,7 @@ func (h *Handler) parse() error {
 		"dur":      fmtSeconds,
 		"when":     func(t time.Time) string { return when(t) },
 		"negative": func(s float64) bool { return s < 0 },
+		"bytes":    fmtBytes,
 		"withBase": func(base string, v any) map[string]any { return map[string]any{"Base": base, "E": v} },
 	}
 	entries, err := fs.Glob(assets, "templates/*.html")
