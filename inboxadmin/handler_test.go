@@ -332,3 +332,10 @@ func TestConfigErrors(t *testing.T) {
 	_, err = inboxadmin.NewHandler(s, &inboxadmin.Config{StuckAfter: -1})
 	require.ErrorContains(t, err, "Config.StuckAfter")
 }
+
+func decode[T any](t *testing.T, b []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(b, &v), string(b))
+	return v
+}
