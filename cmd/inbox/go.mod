@@ -6,6 +6,8 @@ replace github.com/txinbox/inbox => ../..
 
 replace github.com/txinbox/inbox/inboxpgx => ../../inboxpgx
 
+replace github.com/txinbox/inbox/inboxadmin => ../../inboxadmin
+
 replace github.com/txinbox/inbox/inboxkafka => ../../inboxkafka
 
 replace github.com/txinbox/inbox/inboxsqs => ../../inboxsqs
@@ -42,6 +44,7 @@ require (
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000
+	github.com/txinbox/inbox/inboxadmin v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxkafka v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxnats v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxotel v0.0.0-00010101000000-000000000000

@@ -44,6 +44,8 @@ var commands = map[string]command{
 	"demo":        {summary: "the handler that ran twice: the common fixes for duplicates, crashed side by side", run: runDemo},
 	"deadletters": {summary: "messages that will not be applied: list, show, replay, delete", run: runDeadLetters},
 	"partitions":  {summary: "the day partitions of a partitioned inbox: list, premake, drop", run: runPartitions},
+	"admin":       {summary: "serve the admin page: consumers, dead letters (replay), stuck effects, the outbox", run: runAdmin},
+	"doctor":      {summary: "check a deployment: schema, indexes, retention, clocks, grants, stuck work", run: runDoctor},
 
 	"outbox":             {summary: "the producer's events not yet published: stats, list, show, retry, park, unpark", run: runOutbox},
 	"relay":              {summary: "publish the outbox's events to Kafka", run: runRelay},

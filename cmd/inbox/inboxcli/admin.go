@@ -1,0 +1,170 @@
+package inboxcli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxadmin"
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// remoteNote says why the admin page binds loopback unless told otherwise.
+const remoteNote = `The admin page has no login of its own: anyone who reaches it reads the
+dead letters and, with --allow-writes, replays and deletes them. Keep it on
+loopback and reach it through an SSH tunnel, or put an authenticating proxy
+in front of it (and mount inboxadmin in your own server, with an Authorize
+hook, to check users).`
+
+func runAdmin(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "admin", "admin [--addr 127.0.0.1:8080] [--read-only | --allow-writes] [--show-payloads] [flags]\n\n"+
+		"Serves the admin page: consumers with their coverage and headroom, dead letters\n(replay, delete), stuck effects (resolve) and the outbox (retry, park, unpark).\n"+
+		"Writes are off unless --allow-writes. A replay marks dead letters: the application\nreplays them with inbox.Client.ReplayDeadLetters.\n\n"+remoteNote)
+	var sf storeFlags
+	outboxFlags(fs, &sf)
+	addr := fs.String("addr", "127.0.0.1:8080", "the address to listen on; a non-loopback address needs --allow-remote")
+	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --addr (put authentication in front of it)")
+	readOnly := fs.Bool("read-only", false, "refuse every write, and show no action buttons")
+	allowWrites := fs.Bool("allow-writes", false, "allow replays, deletes, resolutions and outbox changes from the page")
+	showPayloads := fs.Bool("show-payloads", false, "show payloads and header values (redacted by default)")
+	prefix := fs.String("prefix", "", "serve the page under this path, such as /admin")
+	stuckAfter := durationFlag{d: inboxadmin.DefaultStuckAfter}
+	fs.Var(&stuckAfter, "stuck-after", "count effect steps started longer ago than this as stuck (default 5m)")
+	horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+	fs.Var(&horizon, "replay-horizon", "the longest you replay over, for the headroom (default 14d)")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	if *readOnly && *allowWrites {
+		return usagef("--read-only and --allow-writes contradict each other: pick one")
+	}
+	host, _, err := net.SplitHostPort(*addr)
+	if err != nil {
+		return usagef("--addr %q: want HOST:PORT, such as 127.0.0.1:8080", *addr)
+	}
+	if !loopback(host) && !*allowRemote {
+		return usagef("--addr %s is not a loopback address: add --allow-remote to serve it there. %s", *addr, strings.Join(strings.Fields(remoteNote), " "))
+	}
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	cfg := idFormatFor(&sf)
+	cfg.ReplayHorizon, cfg.Retention = horizon.d, max(horizon.d, inbox.DefaultRetention)
+	o, err := s.newOps(cfg)
+	if err != nil {
+		return err
+	}
+	store, ok := o.(adminClient)
+	if !ok {
+		return fmt.Errorf("the store at %s has no admin surface", s.where)
+	}
+	acfg := &inboxadmin.Config{
+		Prefix: *prefix, ReadOnly: *readOnly, ShowPayloads: *showPayloads, StuckAfter: stuckAfter.d,
+		Logger: slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	if *allowWrites {
+		acfg.Authorize = func(*http.Request, inboxadmin.Action) error { return nil }
+	}
+	if a, ok := s.admin.(inboxdriver.OutboxAdmin); ok {
+		acfg.Outbox = inboxadmin.OutboxOf(a, time.Now)
+	}
+	h, err := inboxadmin.NewHandler(cliStore{c: store, partitioned: s.admin.Tables().Layout == inboxdriver.LayoutPartitioned}, acfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", *addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	if !loopback(host) {
+		fmt.Fprintf(e.Stderr, "warning: serving on %s, beyond this machine.\n%s\n", *addr, remoteNote)
+	}
+	mode := "writes off (--allow-writes turns them on)"
+	switch {
+	case *readOnly:
+		mode = "read-only"
+	case *allowWrites:
+		mode = "writes allowed"
+	}
+	fmt.Fprintf(e.Stdout, "inbox admin: serving http://%s%s/ for the database at %s; %s; stop with Ctrl-C\n", ln.Addr(), strings.TrimRight(*prefix, "/"), s.where, mode)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// loopback reports whether host names this machine only.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// adminClient is what the admin page uses of an inbox.Client, whatever its
+// transaction type.
+type adminClient interface {
+	ops
+	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
+}
+
+// cliStore adapts a client to inboxadmin.Store, as inboxadmin.FromClient
+// does for a client of a known type.
+type cliStore struct {
+	c           adminClient
+	partitioned bool
+}
+
+func (s cliStore) Stats(ctx context.Context) (*inbox.Stats, error) { return s.c.Stats(ctx) }
+func (s cliStore) ReplayHorizon() time.Duration                    { return s.c.Config().ReplayHorizon }
+func (s cliStore) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error) {
+	return s.c.DeadLetters(ctx, consumer, limit)
+}
+func (s cliStore) GetDeadLetter(ctx context.Context, id int64) (*inbox.DeadLetter, error) {
+	return s.c.DeadLetterGet(ctx, id)
+}
+func (s cliStore) DeleteDeadLetter(ctx context.Context, id int64) error {
+	return s.c.DeleteDeadLetter(ctx, id)
+}
+func (s cliStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
+	ok, err := s.c.MarkDeadLetterForReplay(ctx, id)
+	if errors.Is(err, inbox.ErrReplayUnsupported) {
+		err = errors.Join(inboxadmin.ErrUnsupported, err)
+	}
+	return ok, err
+}
+func (s cliStore) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inbox.EffectEntry, error) {
+	es, err := s.c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inbox.EffectStarted, StartedBefore: before, Limit: limit})
+	if errors.Is(err, inbox.ErrEffectsUnsupported) {
+		err = errors.Join(inboxadmin.ErrUnsupported, err)
+	}
+	return es, err
+}
+func (s cliStore) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
+	return s.c.ResolveEffect(ctx, p)
+}
+func (s cliStore) Partitions(ctx context.Context) (*inbox.PartitionState, error) {
+	if !s.partitioned {
+		return nil, nil
+	}
+	return s.c.Partitions(ctx)
+}

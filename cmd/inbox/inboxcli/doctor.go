@@ -1,0 +1,662 @@
+package inboxcli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
+)
+
+// The statuses of a doctor's check.
+const (
+	checkOK   = "ok"
+	checkWarn = "warn"
+	checkFail = "fail"
+	checkSkip = "skip"
+)
+
+// The checks, in the order they are reported. Every run reports each of
+// them, as ok, warn, fail or skip.
+var doctorChecks = []string{
+	"schema", "purge_index", "kafka_retention", "sqs_retention", "coverage",
+	"clock_skew", "grants", "stuck_effects", "dead_letters", "outbox_lag", "xmin",
+}
+
+// checkJSON is one check of 'inbox doctor --json'.
+type checkJSON struct {
+	Name   string `json:"name"`
+	Status string `json:"status"`
+	// Message says what was found; Fix, when set, what to do.
+	Message string `json:"message"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+// doctorJSON is the contract of 'inbox doctor --json'.
+type doctorJSON struct {
+	// OK is false when any check failed.
+	OK     bool        `json:"ok"`
+	Checks []checkJSON `json:"checks"`
+}
+
+// doctor holds one run's settings and findings.
+type doctor struct {
+	s        *store
+	c        ops
+	horizon  time.Duration
+	opts     doctorOpts
+	checks   map[string]checkJSON
+	migrated bool
+	// noTables is true when the store was never migrated: the checks of
+	// the tables' contents are skipped.
+	noTables bool
+}
+
+type doctorOpts struct {
+	kafkaBrokers, kafkaTopics           string
+	sqsQueueURL, sqsEndpoint, sqsRegion string
+	role                                string
+	stuckAfter, maxLag, maxSkew, maxTx  time.Duration
+}
+
+func runDoctor(ctx context.Context, e *Env, args []string) error {
+	fs := newFlags(e, "doctor", "doctor [--json] [--kafka-brokers B --kafka-topic T] [--sqs-queue-url URL] [--role R] [flags]\n\n"+
+		"Checks a deployment, one line per check (ok, warn, fail or skip), and exits 1 when\na check fails: the schema, the purge index, the replay horizon against the broker's\n"+
+		"retention and the oldest row, the clocks, the consumer role's grants, stuck effects,\ndead letters, the outbox's lag, and a transaction that holds back vacuum.")
+	var sf storeFlags
+	outboxFlags(fs, &sf)
+	var o doctorOpts
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+	fs.Var(&horizon, "replay-horizon", "the longest you replay over: inbox.Config.ReplayHorizon (default 14d)")
+	fs.StringVar(&o.kafkaBrokers, "kafka-brokers", "", "check the retention of --kafka-topic on these brokers (HOST:PORT,…)")
+	fs.StringVar(&o.kafkaTopics, "kafka-topic", "", "the topics the consumers read, comma-separated")
+	fs.StringVar(&o.sqsQueueURL, "sqs-queue-url", "", "check the retention of this SQS queue")
+	fs.StringVar(&o.sqsEndpoint, "sqs-endpoint", "", "the SQS endpoint (default: AWS's, from the region)")
+	fs.StringVar(&o.sqsRegion, "sqs-region", "", "the SQS region (default: $AWS_REGION)")
+	fs.StringVar(&o.role, "role", "", "Postgres: the consumer's role, whose grants are checked (default: the connecting user)")
+	stuck := durationFlag{d: defaultStuckAfter}
+	fs.Var(&stuck, "stuck-after", "effect steps started longer ago than this are stuck (default 5m)")
+	maxLag := durationFlag{d: 5 * time.Minute}
+	fs.Var(&maxLag, "max-lag", "warn when the outbox's oldest pending event is older (default 5m)")
+	maxSkew := durationFlag{d: 2 * time.Second}
+	fs.Var(&maxSkew, "max-skew", "warn when the host's and the database's clocks differ by more (default 2s)")
+	maxTx := durationFlag{d: time.Hour}
+	fs.Var(&maxTx, "max-xmin-age", "warn when a transaction has held back vacuum for longer (default 1h)")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	o.stuckAfter, o.maxLag, o.maxSkew, o.maxTx = stuck.d, maxLag.d, maxSkew.d, maxTx.d
+	if (o.kafkaBrokers == "") != (o.kafkaTopics == "") {
+		return usagef("--kafka-brokers and --kafka-topic go together")
+	}
+	if o.sqsRegion == "" {
+		o.sqsRegion = e.Getenv("AWS_REGION")
+	}
+	s, err := sf.open(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	cfg := idFormatFor(&sf)
+	cfg.ReplayHorizon, cfg.Retention = horizon.d, max(horizon.d, inbox.DefaultRetention)
+	c, err := s.newOps(cfg)
+	if err != nil {
+		return err
+	}
+	d := &doctor{s: s, c: c, horizon: horizon.d, opts: o, checks: map[string]checkJSON{}}
+	d.run(ctx, e)
+
+	out := doctorJSON{OK: true}
+	failed := 0
+	for _, name := range doctorChecks {
+		ch, ok := d.checks[name]
+		if !ok {
+			ch = checkJSON{Name: name, Status: checkSkip, Message: "not run"}
+		}
+		if ch.Status == checkFail {
+			out.OK = false
+			failed++
+		}
+		out.Checks = append(out.Checks, ch)
+	}
+	if *asJSON {
+		if err := json.NewEncoder(e.Stdout).Encode(out); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+		for _, ch := range out.Checks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, ch.Message)
+			if ch.Fix != "" {
+				fmt.Fprintf(tw, "\t\t→ %s\n", ch.Fix)
+			}
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d checks failed", failed, len(out.Checks))
+	}
+	return nil
+}
+
+func (d *doctor) set(name, status, msg, fix string) {
+	d.checks[name] = checkJSON{Name: name, Status: status, Message: msg, Fix: fix}
+}
+
+// dialect is the store's dialect.
+func (d *doctor) dialect() inboxdriver.Dialect { return d.s.admin.Dialect() }
+
+// tables are the store's tables, with defaults.
+func (d *doctor) tables() inboxdriver.Tables { return d.s.admin.Tables().WithDefaults() }
+
+// ints runs a read-only query on the store and returns its one integer
+// column. It goes through the migrator's transaction, which is the only
+// raw query path of the store interface; nothing is written.
+func (d *doctor) ints(ctx context.Context, a inboxdriver.Admin, query string, args ...any) ([]int64, error) {
+	var out []int64
+	err := a.MigrationTx(ctx, func(ctx context.Context, q inboxdriver.Querier) error {
+		var err error
+		out, err = q.QueryInts(ctx, query, args...)
+		return err
+	})
+	return out, err
+}
+
+func (d *doctor) int1(ctx context.Context, query string, args ...any) (int64, error) {
+	v, err := d.ints(ctx, d.s.admin, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 1 {
+		return 0, fmt.Errorf("want one row, got %d", len(v))
+	}
+	return v[0], nil
+}
+
+func (d *doctor) run(ctx context.Context, e *Env) {
+	d.checkSchema(ctx)
+	d.checkPurgeIndex(ctx)
+	if d.noTables {
+		for _, name := range []string{"coverage", "grants", "stuck_effects", "dead_letters", "outbox_lag"} {
+			d.set(name, checkSkip, "the store is not migrated (see schema)", "")
+		}
+		d.checkKafka(ctx, -1)
+		d.checkSQS(ctx, e, -1)
+		d.checkClock(ctx)
+		d.checkXmin(ctx)
+		return
+	}
+	coverage := d.checkCoverage(ctx)
+	d.checkKafka(ctx, coverage)
+	d.checkSQS(ctx, e, coverage)
+	d.checkClock(ctx)
+	d.checkGrants(ctx)
+	d.checkStuck(ctx)
+	d.checkDeadLetters(ctx)
+	d.checkOutbox(ctx)
+	d.checkXmin(ctx)
+}
+
+func errText(err error) string { return oneLine(strings.ReplaceAll(err.Error(), "inbox: ", "")) }
+
+const migrateFix = "run 'inbox migrate up' with the same flags"
+
+func (d *doctor) checkSchema(ctx context.Context) {
+	latest := inboxmigrate.Latest()
+	stores := []struct {
+		what string
+		a    inboxdriver.Admin
+	}{{"the inbox", d.s.admin}}
+	if d.s.ledger != nil {
+		stores = append(stores, struct {
+			what string
+			a    inboxdriver.Admin
+		}{"the effects database", d.s.ledger})
+	}
+	var msgs []string
+	status := checkOK
+	for _, st := range stores {
+		t := st.a.Tables().WithDefaults()
+		vs, err := d.ints(ctx, st.a, `SELECT version FROM `+t.Qualify(st.a.Dialect(), t.Migrations)+` ORDER BY version`)
+		if missing := err != nil && isMissingTable(err); missing {
+			d.set("schema", checkFail, fmt.Sprintf("%s is not migrated: no table %s", st.what, t.Migrations), migrateFix)
+			d.noTables = true
+			return
+		}
+		if err != nil {
+			d.set("schema", checkFail, fmt.Sprintf("cannot read the migrations of %s: %s", st.what, errText(err)), "")
+			return
+		}
+		cur := 0
+		if len(vs) > 0 {
+			cur = int(vs[len(vs)-1])
+		}
+		switch {
+		case cur < latest:
+			status = checkFail
+			msgs = append(msgs, fmt.Sprintf("%s is at migration %d of %d", st.what, cur, latest))
+		case cur > latest:
+			if status == checkOK {
+				status = checkWarn
+			}
+			msgs = append(msgs, fmt.Sprintf("%s is at migration %d, newer than this binary knows (%d): upgrade the CLI", st.what, cur, latest))
+		default:
+			msgs = append(msgs, fmt.Sprintf("%s is at migration %d, the latest", st.what, cur))
+		}
+	}
+	fix := ""
+	if status == checkFail {
+		fix = migrateFix
+	}
+	d.migrated = status != checkFail
+	d.set("schema", status, strings.Join(msgs, "; "), fix)
+}
+
+func (d *doctor) checkPurgeIndex(ctx context.Context) {
+	t := d.tables()
+	if t.Layout == inboxdriver.LayoutPartitioned {
+		d.set("purge_index", checkSkip, "the inbox is partitioned: retention drops whole partitions, with no index", "")
+		return
+	}
+	name := inboxdriver.IndexName(t.Inbox, inboxdriver.IndexInboxProcessedAt)
+	var q string
+	var args []any
+	switch d.dialect() {
+	case inboxdriver.DialectPostgres:
+		q = `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE c.relname = $1 AND n.nspname = COALESCE(NULLIF($2, ''), current_schema()) AND i.indisvalid`
+		args = []any{name, t.Schema}
+	case inboxdriver.DialectMySQL:
+		q = `SELECT count(*) FROM information_schema.statistics WHERE index_name = ? AND table_name = ? AND table_schema = COALESCE(NULLIF(?, ''), DATABASE())`
+		args = []any{name, t.Inbox, t.Schema}
+	default:
+		q = `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ? AND tbl_name = ?`
+		args = []any{name, t.Inbox}
+	}
+	n, err := d.int1(ctx, q, args...)
+	switch {
+	case err != nil:
+		d.set("purge_index", checkFail, "cannot read the indexes: "+errText(err), "")
+	case n == 0:
+		d.set("purge_index", checkFail, fmt.Sprintf("no valid index %s on processed_at: each purge batch scans the whole inbox", name), migrateFix+" (or recreate the index)")
+	default:
+		d.set("purge_index", checkOK, fmt.Sprintf("index %s is present", name), "")
+	}
+}
+
+// checkCoverage compares the oldest retained row of each consumer with the
+// replay horizon, and returns the smallest coverage (-1 when unknown).
+func (d *doctor) checkCoverage(ctx context.Context) time.Duration {
+	st, err := d.c.Stats(ctx)
+	if err != nil {
+		d.set("coverage", checkFail, "cannot read the inbox: "+errText(d.s.explain(err)), "")
+		return -1
+	}
+	if len(st.Consumers) == 0 {
+		d.set("coverage", checkOK, "no rows yet: nothing to compare with the replay horizon of "+inbox.FormatDuration(d.horizon), "")
+		return -1
+	}
+	now := time.Now()
+	var short []string
+	least := time.Duration(-1)
+	for _, cs := range st.Consumers {
+		cov := now.Sub(cs.Oldest)
+		if least < 0 || cov < least {
+			least = cov
+		}
+		if cov < d.horizon {
+			short = append(short, fmt.Sprintf("%s %s", cs.Consumer, inbox.FormatDuration(cov.Round(time.Second))))
+		}
+	}
+	if len(short) > 0 {
+		d.set("coverage", checkWarn, fmt.Sprintf("the oldest row is younger than the replay horizon %s for %s: a replay over the whole horizon would apply what was purged again, unless those consumers are younger than that",
+			inbox.FormatDuration(d.horizon), strings.Join(short, ", ")),
+			"keep rows at least as long as the horizon (inbox.Config.Retention, 'inbox purge --older-than')")
+		return least
+	}
+	d.set("coverage", checkOK, fmt.Sprintf("every consumer's oldest row is older than the replay horizon %s", inbox.FormatDuration(d.horizon)), "")
+	return least
+}
+
+// compareRetention judges a broker's retention against the horizon.
+func (d *doctor) compareRetention(name, what string, retention time.Duration, infinite bool) {
+	h := inbox.FormatDuration(d.horizon)
+	switch {
+	case infinite:
+		d.set(name, checkWarn, fmt.Sprintf("%s keeps messages for ever: a rewind to the start replays beyond the replay horizon %s", what, h),
+			"never rewind past the horizon, or raise --replay-horizon and the inbox's retention to what you rewind over")
+	case retention > d.horizon:
+		d.set(name, checkWarn, fmt.Sprintf("%s keeps messages for %s, longer than the replay horizon %s: a rewind to the oldest message may reach ids the inbox purged, and apply them again",
+			what, inbox.FormatDuration(retention), h), fmt.Sprintf("raise the replay horizon and the inbox's retention to %s, or never rewind further than %s", inbox.FormatDuration(retention), h))
+	default:
+		d.set(name, checkOK, fmt.Sprintf("%s keeps messages for %s, within the replay horizon %s", what, inbox.FormatDuration(retention), h), "")
+	}
+}
+
+func (d *doctor) checkKafka(ctx context.Context, _ time.Duration) {
+	if d.opts.kafkaBrokers == "" {
+		d.set("kafka_retention", checkSkip, "no --kafka-brokers and --kafka-topic given", "")
+		return
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(d.opts.kafkaBrokers, ",")...))
+	if err != nil {
+		d.set("kafka_retention", checkFail, "--kafka-brokers: "+err.Error(), "")
+		return
+	}
+	defer cl.Close()
+	kctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	for _, topic := range strings.Split(d.opts.kafkaTopics, ",") {
+		r := kmsg.NewDescribeConfigsRequestResource()
+		r.ResourceType = kmsg.ConfigResourceTypeTopic
+		r.ResourceName = strings.TrimSpace(topic)
+		r.ConfigNames = []string{"retention.ms"}
+		req.Resources = append(req.Resources, r)
+	}
+	resp, err := req.RequestWith(kctx, cl)
+	if err != nil {
+		d.set("kafka_retention", checkFail, fmt.Sprintf("cannot describe the topics at %s: %v", d.opts.kafkaBrokers, err), "")
+		return
+	}
+	var longest time.Duration
+	var longestTopic string
+	infinite := false
+	for _, r := range resp.Resources {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			d.set("kafka_retention", checkFail, fmt.Sprintf("topic %s: %v", r.ResourceName, err), "")
+			return
+		}
+		for _, c := range r.Configs {
+			if c.Name != "retention.ms" || c.Value == nil {
+				continue
+			}
+			ms, err := strconv.ParseInt(*c.Value, 10, 64)
+			if err != nil {
+				d.set("kafka_retention", checkFail, fmt.Sprintf("topic %s: retention.ms %q is not a number", r.ResourceName, *c.Value), "")
+				return
+			}
+			if ms < 0 {
+				infinite, longestTopic = true, r.ResourceName
+				continue
+			}
+			if ret := time.Duration(ms) * time.Millisecond; ret > longest {
+				longest, longestTopic = ret, r.ResourceName
+			}
+		}
+	}
+	if longestTopic == "" && !infinite {
+		d.set("kafka_retention", checkFail, "the brokers reported no retention.ms for "+d.opts.kafkaTopics, "")
+		return
+	}
+	d.compareRetention("kafka_retention", "Kafka topic "+longestTopic, longest, infinite)
+}
+
+func (d *doctor) checkSQS(ctx context.Context, e *Env, _ time.Duration) {
+	if d.opts.sqsQueueURL == "" {
+		d.set("sqs_retention", checkSkip, "no --sqs-queue-url given", "")
+		return
+	}
+	region := d.opts.sqsRegion
+	if region == "" {
+		region = "us-east-1"
+	}
+	o := sqs.Options{Region: region}
+	if d.opts.sqsEndpoint != "" {
+		o.BaseEndpoint = aws.String(d.opts.sqsEndpoint)
+	}
+	if id, secret := e.Getenv("AWS_ACCESS_KEY_ID"), e.Getenv("AWS_SECRET_ACCESS_KEY"); id != "" {
+		o.Credentials = credentials.NewStaticCredentialsProvider(id, secret, e.Getenv("AWS_SESSION_TOKEN"))
+	}
+	cl := sqs.New(o)
+	qctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	out, err := cl.GetQueueAttributes(qctx, &sqs.GetQueueAttributesInput{
+		QueueUrl:       aws.String(d.opts.sqsQueueURL),
+		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameMessageRetentionPeriod},
+	})
+	if err != nil {
+		d.set("sqs_retention", checkFail, fmt.Sprintf("cannot read the attributes of %s: %s", d.opts.sqsQueueURL, oneLine(err.Error())), "")
+		return
+	}
+	secs, err := strconv.ParseInt(out.Attributes[string(sqstypes.QueueAttributeNameMessageRetentionPeriod)], 10, 64)
+	if err != nil {
+		d.set("sqs_retention", checkFail, "the queue reported no MessageRetentionPeriod", "")
+		return
+	}
+	d.compareRetention("sqs_retention", "SQS queue "+d.opts.sqsQueueURL, time.Duration(secs)*time.Second, false)
+}
+
+func (d *doctor) checkClock(ctx context.Context) {
+	var q string
+	switch d.dialect() {
+	case inboxdriver.DialectPostgres:
+		q = `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
+	case inboxdriver.DialectMySQL:
+		q = `SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)`
+	default:
+		d.set("clock_skew", checkSkip, "SQLite runs in this process, on this host's clock", "")
+		return
+	}
+	t0 := time.Now()
+	us, err := d.int1(ctx, q)
+	t1 := time.Now()
+	if err != nil {
+		d.set("clock_skew", checkFail, "cannot read the database's clock: "+errText(err), "")
+		return
+	}
+	mid := t0.Add(t1.Sub(t0) / 2)
+	skew := time.UnixMicro(us).Sub(mid)
+	abs := max(skew, -skew)
+	msg := fmt.Sprintf("the database's clock is %s %s this host's (±%s round trip)", abs.Round(time.Millisecond), map[bool]string{true: "behind", false: "ahead of"}[skew < 0], t1.Sub(t0).Round(time.Millisecond))
+	if abs > d.opts.maxSkew {
+		d.set("clock_skew", checkWarn, msg+": purges and partitions use the database's clock, but the effects ledger, dead letters and the outbox's backoff use the hosts'",
+			"run NTP (chrony, systemd-timesyncd) on the hosts and the database server")
+		return
+	}
+	d.set("clock_skew", checkOK, msg, "")
+}
+
+// privilege is one grant the consumer needs.
+type privilege struct {
+	table    string
+	priv     string
+	optional string // why it may be missing, if it may
+}
+
+func (d *doctor) checkGrants(ctx context.Context) {
+	if d.dialect() != inboxdriver.DialectPostgres {
+		what := "SQLite has no grants"
+		if d.dialect() == inboxdriver.DialectMySQL {
+			what = "not checked on MySQL yet: see docs/GRANTS.md"
+		}
+		d.set("grants", checkSkip, what, "")
+		return
+	}
+	if !d.migrated {
+		d.set("grants", checkSkip, "the schema is not at the latest migration", "")
+		return
+	}
+	t := d.tables()
+	need := []privilege{
+		{t.Inbox, "SELECT", ""}, {t.Inbox, "INSERT", ""},
+		{t.DeadLetters, "SELECT", ""}, {t.DeadLetters, "INSERT", ""},
+		{t.DeadLetters, "UPDATE (reason, error_text, attempts, last_seen_at)", ""},
+		{t.Effects, "SELECT", "only handlers that call Client.Effect need it"},
+		{t.Effects, "INSERT", "only handlers that call Client.Effect need it"},
+		{t.Effects, "UPDATE", "only handlers that call Client.Effect need it"},
+		{t.Takeovers, "SELECT", "only Kafka consumers need it"},
+		{t.Takeovers, "INSERT", "only Kafka consumers need it"},
+		{t.Takeovers, "UPDATE", "only Kafka consumers need it"},
+		{t.Takeovers, "DELETE", "only Kafka consumers need it"},
+	}
+	role := d.opts.role
+	var missing, optional []string
+	for _, p := range need {
+		table := t.Qualify(inboxdriver.DialectPostgres, p.table)
+		var q string
+		args := []any{role, table}
+		if cols, ok := strings.CutPrefix(p.priv, "UPDATE ("); ok {
+			// Every listed column must be updatable.
+			cols = strings.TrimSuffix(cols, ")")
+			q = `SELECT count(*) FILTER (WHERE NOT has_column_privilege(COALESCE(NULLIF($1, ''), current_user)::name, $2::text, c, 'UPDATE'))
+FROM unnest($3::text[]) AS c`
+			args = append(args, strings.Split(strings.ReplaceAll(cols, " ", ""), ","))
+		} else {
+			q = `SELECT (NOT has_table_privilege(COALESCE(NULLIF($1, ''), current_user)::name, $2::text, $3))::int`
+			args = append(args, p.priv)
+		}
+		n, err := d.int1(ctx, q, args...)
+		if err != nil {
+			d.set("grants", checkFail, "cannot check the grants: "+errText(err), "")
+			return
+		}
+		if n == 0 {
+			continue
+		}
+		g := p.priv + " on " + p.table
+		if p.optional != "" {
+			optional = append(optional, g+" ("+p.optional+")")
+		} else {
+			missing = append(missing, g)
+		}
+	}
+	who := "the connecting user"
+	if role != "" {
+		who = "role " + role
+	}
+	switch {
+	case len(missing) > 0:
+		d.set("grants", checkFail, fmt.Sprintf("%s lacks %s: its consumers cannot claim or dead-letter", who, strings.Join(missing, ", ")), "grant them as docs/GRANTS.md shows")
+	case len(optional) > 0:
+		d.set("grants", checkWarn, fmt.Sprintf("%s has the consumer's grants, but lacks %s", who, strings.Join(optional, ", ")), "grant them if it needs them: docs/GRANTS.md")
+	default:
+		d.set("grants", checkOK, who+" has every grant a consumer needs", "")
+	}
+}
+
+func (d *doctor) checkStuck(ctx context.Context) {
+	es, err := d.c.ListEffects(ctx, inbox.ListEffectsParams{State: inbox.EffectStarted, StartedBefore: time.Now().Add(-d.opts.stuckAfter), Limit: 1000})
+	switch {
+	case errors.Is(err, inbox.ErrEffectsUnsupported):
+		d.set("stuck_effects", checkSkip, "the store keeps no effects ledger", "")
+	case err != nil:
+		d.set("stuck_effects", checkFail, "cannot read the effects ledger: "+errText(d.s.explain(err)), "")
+	case len(es) > 0:
+		n := strconv.Itoa(len(es))
+		if len(es) == 1000 {
+			n = "1000 or more"
+		}
+		d.set("stuck_effects", checkWarn, fmt.Sprintf("%s remote-effect steps started more than %s ago were never recorded done; the oldest is %s/%s/%s",
+			n, inbox.FormatDuration(d.opts.stuckAfter), es[0].Consumer, es[0].MessageID, es[0].Step),
+			"check each with its provider, then resolve it ('inbox stats', the admin page's Stuck effects)")
+	default:
+		d.set("stuck_effects", checkOK, "no stuck remote-effect steps", "")
+	}
+}
+
+func (d *doctor) checkDeadLetters(ctx context.Context) {
+	ds, err := d.c.DeadLetters(ctx, "", 1000)
+	switch {
+	case err != nil:
+		d.set("dead_letters", checkFail, "cannot read the dead letters: "+errText(d.s.explain(err)), "")
+	case len(ds) > 0:
+		n := strconv.Itoa(len(ds))
+		if len(ds) == 1000 {
+			n = "1000 or more"
+		}
+		d.set("dead_letters", checkWarn, n+" dead letters wait for an operator", "inspect them: 'inbox deadletters list', or the admin page")
+	default:
+		d.set("dead_letters", checkOK, "no dead letters", "")
+	}
+}
+
+func (d *doctor) checkOutbox(ctx context.Context) {
+	a, ok := d.s.admin.(inboxdriver.OutboxAdmin)
+	if !ok {
+		d.set("outbox_lag", checkSkip, "the store keeps no outbox", "")
+		return
+	}
+	st, err := inbox.ReadOutboxStats(ctx, a, time.Now())
+	switch {
+	case err != nil:
+		if isMissingTable(err) {
+			d.set("outbox_lag", checkFail, "no outbox table", migrateFix)
+			return
+		}
+		d.set("outbox_lag", checkFail, "cannot read the outbox: "+errText(err), "")
+	case st.Pending == 0 && st.Parked == 0:
+		d.set("outbox_lag", checkOK, "nothing pending", "")
+	case st.Lag > d.opts.maxLag:
+		d.set("outbox_lag", checkWarn, fmt.Sprintf("%d events pending; the oldest waits for %s, more than %s", st.Pending, inbox.FormatDuration(st.Lag.Round(time.Second)), inbox.FormatDuration(d.opts.maxLag)),
+			"check that a relay runs and reaches the broker ('inbox relay', 'inbox outbox list')")
+	case st.Parked > 0:
+		d.set("outbox_lag", checkWarn, fmt.Sprintf("%d events parked after the broker rejected them; %d pending, lag %s", st.Parked, st.Pending, inbox.FormatDuration(st.Lag.Round(time.Second))),
+			"fix the cause, then 'inbox outbox unpark ID'")
+	default:
+		d.set("outbox_lag", checkOK, fmt.Sprintf("%d events pending, lag %s", st.Pending, inbox.FormatDuration(st.Lag.Round(time.Millisecond))), "")
+	}
+}
+
+func (d *doctor) checkXmin(ctx context.Context) {
+	if d.dialect() != inboxdriver.DialectPostgres {
+		d.set("xmin", checkSkip, "only Postgres holds back vacuum with a transaction's snapshot", "")
+		return
+	}
+	// The oldest transaction that holds a snapshot, other than this one:
+	// its age in milliseconds and in transaction ids. Without pg_read_all_stats
+	// a role sees only its own sessions.
+	v, err := d.ints(ctx, d.s.admin, `SELECT COALESCE(max(extract(epoch FROM clock_timestamp() - xact_start) * 1000)::bigint, 0) FROM pg_stat_activity
+WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+UNION ALL
+SELECT COALESCE(max(age(backend_xmin)), 0)::bigint FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
+UNION ALL
+SELECT COALESCE(max(age(xmin)), 0)::bigint FROM pg_replication_slots
+UNION ALL
+SELECT count(*) FROM pg_prepared_xacts`)
+	if err == nil && len(v) != 4 {
+		err = fmt.Errorf("want 4 rows, got %d", len(v))
+	}
+	if err != nil {
+		d.set("xmin", checkFail, "cannot read pg_stat_activity: "+errText(err), "")
+		return
+	}
+	ms, xids, slot, prepared := v[0], v[1], v[2], v[3]
+	held := time.Duration(ms) * time.Millisecond
+	switch {
+	case held > d.opts.maxTx:
+		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", inbox.FormatDuration(held.Round(time.Second)), xids),
+			"find it in pg_stat_activity (ORDER BY xact_start) and end it; set idle_in_transaction_session_timeout")
+	case prepared > 0:
+		d.set("xmin", checkWarn, fmt.Sprintf("%d prepared transactions hold back vacuum", prepared), "COMMIT PREPARED or ROLLBACK PREPARED them (pg_prepared_xacts)")
+	case slot > 100_000_000:
+		d.set("xmin", checkWarn, fmt.Sprintf("a replication slot holds a snapshot %d transactions old", slot), "drop or advance the slot (pg_replication_slots)")
+	default:
+		d.set("xmin", checkOK, fmt.Sprintf("no transaction has held back vacuum for over %s", inbox.FormatDuration(d.opts.maxTx)), "")
+	}
+}
+
+// isMissingTable reports whether err, which is not nil, says a table or a
+// column is missing.
+func isMissingTable(err error) bool {
+	_, missing := missingTable(err)
+	return missing
+}

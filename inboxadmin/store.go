@@ -1,0 +1,171 @@
+package inboxadmin
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// Store is what the admin page reads and changes of an inbox. It names
+// only the operations the pages use, in the page's own words, so that it
+// stays the same when the client's API moves: FromClient adapts an
+// *inbox.Client to it.
+type Store interface {
+	// Stats reports the rows of each consumer.
+	Stats(ctx context.Context) (*inbox.Stats, error)
+	// ReplayHorizon is the longest window over which a message may be
+	// delivered again (inbox.Config.ReplayHorizon).
+	ReplayHorizon() time.Duration
+
+	// ListDeadLetters lists dead letters, newest first; consumer filters
+	// when not empty.
+	ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
+	// GetDeadLetter returns one dead letter, or an error wrapping
+	// inbox.ErrNotFound.
+	GetDeadLetter(ctx context.Context, id int64) (*inbox.DeadLetter, error)
+	// DeleteDeadLetter deletes one dead letter, or returns an error
+	// wrapping inbox.ErrNotFound.
+	DeleteDeadLetter(ctx context.Context, id int64) error
+	// MarkReplay marks one dead letter for replay: the application's next
+	// replay of its consumer processes it with the handler. It reports
+	// false when it was marked already.
+	MarkReplay(ctx context.Context, id int64) (bool, error)
+
+	// StuckEffects lists the remote-effect steps started before before and
+	// never recorded done, oldest first. It returns an error wrapping
+	// ErrUnsupported when the store keeps no ledger.
+	StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inbox.EffectEntry, error)
+	// ResolveEffect settles a started step as done or failed.
+	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
+
+	// Partitions lists the partitions of a partitioned inbox; it returns
+	// nil and no error when the inbox is not partitioned.
+	Partitions(ctx context.Context) (*inbox.PartitionState, error)
+}
+
+// Outbox is what the admin page reads and changes of a store's outbox
+// (package outbox).
+type Outbox interface {
+	// OutboxStats counts the pending, parked and kept events.
+	OutboxStats(ctx context.Context) (*inbox.OutboxStats, error)
+	// OutboxList lists events in state (pending, parked, published; empty
+	// for all), oldest first.
+	OutboxList(ctx context.Context, state string, limit int) ([]*inboxdriver.OutboxRow, error)
+	// OutboxGet returns one event, or an error wrapping inbox.ErrNotFound.
+	OutboxGet(ctx context.Context, id string) (*inboxdriver.OutboxRow, error)
+	// OutboxSet applies action ("retry", "park", "unpark") to one event
+	// and reports whether an event in a state the action applies to was
+	// found.
+	OutboxSet(ctx context.Context, id, action string) (bool, error)
+}
+
+// ErrUnsupported is returned by a Store for a part the underlying store
+// does not keep: the effects ledger, replay marks, the outbox.
+var ErrUnsupported = errors.New("inboxadmin: the store does not keep this")
+
+// FromClient adapts c to the Store the page reads. It also returns the
+// store's outbox, or nil when the store keeps none.
+func FromClient[TTx any](c *inbox.Client[TTx]) (Store, Outbox) {
+	s := clientStore[TTx]{c: c}
+	if a, ok := c.Driver().(inboxdriver.OutboxAdmin); ok {
+		return s, driverOutbox{a: a, now: c.Config().Now}
+	}
+	return s, nil
+}
+
+// OutboxOf adapts a store's outbox administration to the Outbox the page
+// reads; now is the clock of its lag and of the operator's changes.
+func OutboxOf(a inboxdriver.OutboxAdmin, now func() time.Time) Outbox {
+	if now == nil {
+		now = time.Now
+	}
+	return driverOutbox{a: a, now: now}
+}
+
+// clientStore is a Store over an *inbox.Client.
+type clientStore[TTx any] struct{ c *inbox.Client[TTx] }
+
+func (s clientStore[TTx]) Stats(ctx context.Context) (*inbox.Stats, error) { return s.c.Stats(ctx) }
+func (s clientStore[TTx]) ReplayHorizon() time.Duration                    { return s.c.Config().ReplayHorizon }
+
+func (s clientStore[TTx]) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error) {
+	return s.c.DeadLetters(ctx, consumer, limit)
+}
+
+func (s clientStore[TTx]) GetDeadLetter(ctx context.Context, id int64) (*inbox.DeadLetter, error) {
+	return s.c.DeadLetterGet(ctx, id)
+}
+
+func (s clientStore[TTx]) DeleteDeadLetter(ctx context.Context, id int64) error {
+	return s.c.DeleteDeadLetter(ctx, id)
+}
+
+func (s clientStore[TTx]) MarkReplay(ctx context.Context, id int64) (bool, error) {
+	ok, err := s.c.MarkDeadLetterForReplay(ctx, id)
+	if errors.Is(err, inbox.ErrReplayUnsupported) {
+		err = errors.Join(ErrUnsupported, err)
+	}
+	return ok, err
+}
+
+func (s clientStore[TTx]) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inbox.EffectEntry, error) {
+	es, err := s.c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inbox.EffectStarted, StartedBefore: before, Limit: limit})
+	if errors.Is(err, inbox.ErrEffectsUnsupported) {
+		err = errors.Join(ErrUnsupported, err)
+	}
+	return es, err
+}
+
+func (s clientStore[TTx]) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
+	return s.c.ResolveEffect(ctx, p)
+}
+
+func (s clientStore[TTx]) Partitions(ctx context.Context) (*inbox.PartitionState, error) {
+	if s.c.Driver().Tables().Layout != inboxdriver.LayoutPartitioned {
+		return nil, nil
+	}
+	return s.c.Partitions(ctx)
+}
+
+// driverOutbox is an Outbox over a store's OutboxAdmin.
+type driverOutbox struct {
+	a   inboxdriver.OutboxAdmin
+	now func() time.Time
+}
+
+func (o driverOutbox) OutboxStats(ctx context.Context) (*inbox.OutboxStats, error) {
+	return inbox.ReadOutboxStats(ctx, o.a, o.now())
+}
+
+func (o driverOutbox) OutboxList(ctx context.Context, state string, limit int) ([]*inboxdriver.OutboxRow, error) {
+	return o.a.OutboxList(ctx, &inboxdriver.OutboxListParams{State: inboxdriver.OutboxState(state), Limit: limit})
+}
+
+// id validates an event id for the outbox's id column, so that a bad one
+// is refused with inbox.ErrMalformedID before it reaches the database.
+func (o driverOutbox) id(raw string) (string, error) {
+	f := inbox.IDFormatUUID
+	if o.a.Tables().IDType == inboxdriver.IDTypeText {
+		f = inbox.IDFormatText
+	}
+	return f.CanonicalID(raw)
+}
+
+func (o driverOutbox) OutboxGet(ctx context.Context, id string) (*inboxdriver.OutboxRow, error) {
+	id, err := o.id(id)
+	if err != nil {
+		return nil, err
+	}
+	return o.a.OutboxGet(ctx, id) // inboxdriver.ErrNotFound is inbox.ErrNotFound
+}
+
+func (o driverOutbox) OutboxSet(ctx context.Context, id, action string) (bool, error) {
+	id, err := o.id(id)
+	if err != nil {
+		return false, err
+	}
+	return o.a.OutboxSet(ctx, &inboxdriver.OutboxSetParams{ID: id, Action: inboxdriver.OutboxAction(action), Now: o.now()})
+}
