@@ -155,13 +155,13 @@ func printProducer(w io.Writer, p *demo.ProducerResult) {
 	fmt.Fprintf(w, "\nThe producer's side: %d orders, each with a PaymentCaptured event. A relay dies after the broker\n", p.Orders)
 	fmt.Fprintf(w, "confirmed and before it marked its rows (%d crash, %d events published again); a producer without an\n", p.RelayCrashes, p.Republished)
 	fmt.Fprintf(w, "outbox loses %d answers from the broker and sends again with a new id. One inbox consumer charges them.\n\n", p.LostAcks)
-	fmt.Fprintf(w, "%-19s %6s %7s %14s %5s %10s %10s\n", "producer", "orders", "records", "double-charged", "lost", "charged", "expected")
+	fmt.Fprintf(w, "%-19s %6s %7s %7s %14s %5s %10s %10s\n", "producer", "orders", "records", "skipped", "double-charged", "lost", "charged", "expected")
 	for _, s := range p.Strategies {
 		mark := "✗"
 		if s.BalanceOK && s.DoubleCharged+s.Lost == 0 {
 			mark = "✓"
 		}
-		fmt.Fprintf(w, "%-19s %6d %7d %14d %5d %10s %10s  %s\n", s.Name, p.Orders, s.Records, s.DoubleCharged, s.Lost, dollars(s.Cents), dollars(s.WantCents), mark)
+		fmt.Fprintf(w, "%-19s %6d %7d %7d %14d %5d %10s %10s  %s\n", s.Name, p.Orders, s.Records, s.Skipped, s.DoubleCharged, s.Lost, dollars(s.Cents), dollars(s.WantCents), mark)
 	}
 	fmt.Fprintln(w)
 	for _, s := range p.Strategies {

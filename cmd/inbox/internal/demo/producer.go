@@ -59,8 +59,11 @@ type ProducerResult struct {
 // consumer.
 type ProducerStrategyStat struct {
 	Name string `json:"name"`
-	// Records is how many records the strategy put on the topic.
+	// Records is how many records the strategy put on the topic, and
+	// Skipped how many of them the consumer's inbox skipped as duplicates
+	// (records less charges).
 	Records int `json:"records"`
+	Skipped int `json:"skipped"`
 	// DoubleCharged counts the extra charges of orders charged more than
 	// once; Lost the orders never charged.
 	DoubleCharged int  `json:"double_charged"`
@@ -69,6 +72,8 @@ type ProducerStrategyStat struct {
 	// Cents and WantCents are the charges, as made and as ordered.
 	Cents     int64 `json:"cents"`
 	WantCents int64 `json:"want_cents"`
+
+	charges int
 }
 
 // producerOrders is how many orders each producer strategy records.
@@ -134,6 +139,7 @@ func runProducer(ctx context.Context, st *store, k *kafka, s *scenario) (*Produc
 			return nil, err
 		}
 		stat.Records = records
+		stat.Skipped = records - stat.charges
 		res.Strategies = append(res.Strategies, *stat)
 	}
 	return res, nil
@@ -323,6 +329,7 @@ func (s *store) tallyPayments(ctx context.Context, strategy string, orders []pay
 	for _, p := range orders {
 		stat.WantCents += p.Cents
 		stat.Cents += p.Cents * int64(charged[p.Order])
+		stat.charges += charged[p.Order]
 		switch n := charged[p.Order]; {
 		case n == 0:
 			stat.Lost++
