@@ -1,6 +1,6 @@
 // Package outboxtest is the conformance suite of outbox sinks: what every
 // outbox.Sink must do against its real broker, whatever the broker.
-// inboxkafka, inboxnats and inboxrabbit run it in their tests.
+// inboxkafka, inboxsqs, inboxnats and inboxrabbit run it in their tests.
 package outboxtest
 
 import (
@@ -75,7 +75,7 @@ func Run(t *testing.T, h Harness) {
 		recs := []outbox.Record{
 			rec(`{"n":1}`, map[string]string{"trace": "t-1"}),
 			rec(`{"n":2}`, map[string]string{outbox.HeaderCausationID: "c-2", outbox.HeaderKeySeq: "7"}),
-			rec(``, nil),
+			rec(`[]`, nil),
 		}
 		for i, err := range h.Sink.Publish(ctx, recs) {
 			require.NoError(t, err, "record %d", i)
