@@ -38,6 +38,25 @@ type OutboxStore[TTx any] interface {
 	OutboxEnqueue(ctx context.Context, tx TTx, p *OutboxEnqueueParams) error
 }
 
+// OutboxQueuer is implemented by a store whose enqueue can be queued among
+// the caller's own statements, to reach the server with them in one round
+// trip (outbox.Outbox.EnqueueBatch). inboxpgx queues on a *pgx.Batch.
+type OutboxQueuer interface {
+	// OutboxQueue queues on batch the statement that OutboxEnqueue would
+	// run. It returns an error, and queues nothing, when batch is not the
+	// store's batch type.
+	OutboxQueue(batch any, p *OutboxEnqueueParams) error
+}
+
+// OutboxAckClaimer is implemented by a store that can send a relay's
+// write-back of one batch with its claim of the next, in one round trip
+// (package outbox's relay uses it while the outbox is not drained).
+type OutboxAckClaimer interface {
+	// OutboxAckClaim does OutboxAck(a) and then OutboxClaim(p), and returns
+	// both results. On an error neither is known to have happened.
+	OutboxAckClaim(ctx context.Context, a *OutboxAckParams, p *OutboxClaimParams) (acked int64, rows []*OutboxRow, err error)
+}
+
 // OutboxAdmin is the part of an OutboxStore that works outside a business
 // transaction: the relay's claims and write-backs and an operator's
 // reads and repairs. It is not generic, so the relay and the CLI need only

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"slices"
-	"sync"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -22,13 +21,18 @@ import (
 // acks from all in-sync replicas (kgo's default) and idempotent writes (its
 // default too), so that a retry inside the client does not write a record
 // twice and a key's records keep their order in its partition.
+//
+// A batch goes to the client in one ProduceSync: the client batches the
+// records per partition as it would any others, and does not linger on a
+// batch the relay is waiting for (kgo.ProducerLinger applies to the
+// client's other producers only).
 type OutboxSink struct {
 	cl producer
 }
 
 // producer is what the sink calls of a *kgo.Client.
 type producer interface {
-	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults
 }
 
 var _ outbox.Sink = (*OutboxSink)(nil)
@@ -43,18 +47,29 @@ func NewOutboxSink(cl *kgo.Client) *OutboxSink { return &OutboxSink{cl: cl} }
 // its topic) is a rejection.
 func (s *OutboxSink) Publish(ctx context.Context, recs []outbox.Record) []error {
 	errs := make([]error, len(recs))
-	var wg sync.WaitGroup
-	wg.Add(len(recs))
-	for i, rec := range recs {
-		r := &kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Payload, Headers: kafkaHeaders(rec.Headers)}
-		s.cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-			errs[i] = classifyProduce(err)
-			wg.Done()
-		})
+	for i := range errs {
+		errs[i] = errNoResult
 	}
-	wg.Wait()
+	krs := make([]kgo.Record, len(recs))
+	ptrs := make([]*kgo.Record, len(recs))
+	at := make(map[*kgo.Record]int, len(recs))
+	for i, rec := range recs {
+		krs[i] = kgo.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Payload, Headers: kafkaHeaders(rec.Headers)}
+		ptrs[i] = &krs[i]
+		at[ptrs[i]] = i
+	}
+	// The results come in the order the broker answered, not in ours.
+	for _, r := range s.cl.ProduceSync(ctx, ptrs...) {
+		if i, ok := at[r.Record]; ok {
+			errs[i] = classifyProduce(r.Err)
+		}
+	}
 	return errs
 }
+
+// errNoResult stands for a record the client gave no result for, which
+// kgo never does: it is not taken for a confirmation.
+var errNoResult = outbox.Unavailable(errors.New("inboxkafka: the client returned no result for the record"))
 
 // kafkaHeaders are h as record headers, in name order.
 func kafkaHeaders(h map[string]string) []kgo.RecordHeader {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox"
@@ -18,6 +19,7 @@ import (
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
+	"github.com/txinbox/inbox/outbox/outboxtest"
 )
 
 // relayCrash is the panic with which a test's relay "dies" at a fault
@@ -171,4 +173,46 @@ func TestOutboxSinkClassifiesErrors(t *testing.T) {
 	errs = inboxkafka.NewOutboxSink(down).Publish(ctx, []outbox.Record{{ID: "c", Topic: e.topic}})
 	require.Error(t, errs[0])
 	require.True(t, outbox.IsUnavailable(errs[0]), "an unreachable broker is unavailable: %v", errs[0])
+}
+
+// The sink conformance suite on kfake: a topic of its own, read back by a
+// consumer, and the producing client closed for the broker's
+// unavailability.
+func TestOutboxSinkConformance(t *testing.T) {
+	t.Parallel()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "outbox"))
+	require.NoError(t, err)
+	t.Cleanup(cluster.Close)
+	producer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	require.NoError(t, err)
+	consumer, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.ConsumeTopics("outbox"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(consumer.Close)
+	var buffered []outboxtest.Received
+	outboxtest.Run(t, outboxtest.Harness{
+		Sink:  inboxkafka.NewOutboxSink(producer),
+		Topic: "outbox",
+		Read: func(t *testing.T, n int) []outboxtest.Received {
+			deadline := time.Now().Add(time.Minute)
+			for len(buffered) < n {
+				if time.Now().After(deadline) {
+					t.Fatalf("read %d of %d records", len(buffered), n)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
+					m := outboxtest.Received{Headers: map[string]string{}, Payload: r.Value}
+					for _, h := range r.Headers {
+						m.Headers[h.Key] = string(h.Value)
+					}
+					buffered = append(buffered, m)
+				})
+				cancel()
+			}
+			out := buffered[:n]
+			buffered = buffered[n:]
+			return out
+		},
+		Break: func(*testing.T) { producer.Close() },
+	})
 }

@@ -3,9 +3,11 @@ package inboxpgx
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/inbox/inboxdriver"
 )
@@ -15,6 +17,7 @@ var _ inboxdriver.OutboxStore[pgx.Tx] = (*Driver)(nil)
 // outboxQueries are the outbox's statements, rendered once.
 type outboxQueries struct {
 	enqueue, enqueueOrdered, enqueueOne string
+	enqueueBare                         string
 	claim, claimOrdered                 string
 	ack, ackKeep, reject, release       string
 	stats, list, get                    string
@@ -44,6 +47,10 @@ func newOutboxQueries(t inboxdriver.Tables) outboxQueries {
 		// the server than unnest over one-element arrays.
 		enqueueOne: `INSERT INTO ` + ob + insertCols + `
 VALUES ($1, $2, $3, NULL, $4::jsonb, $5, NULLIF($6, ''), $7, $7)`,
+		// One event with no headers and no causation: the columns left
+		// out take their defaults.
+		enqueueBare: `INSERT INTO ` + ob + ` (id, topic, msg_key, payload, created_at, available_at)
+VALUES ($1, $2, $3, $4, $5, $5)`,
 		enqueue: `INSERT INTO ` + ob + insertCols + `
 SELECT u.id, u.topic, u.k, NULL, u.h::jsonb, u.p, NULLIF(u.c, ''), $7, $7
   FROM ` + unnest + ` AS u(id, topic, k, h, p, c)`,
@@ -136,15 +143,44 @@ func (d *Driver) OutboxBegin(ctx context.Context) (pgx.Tx, error) {
 // OutboxEnqueue implements inboxdriver.OutboxStore with one INSERT over
 // unnest, whatever the number of rows.
 func (d *Driver) OutboxEnqueue(ctx context.Context, tx pgx.Tx, p *inboxdriver.OutboxEnqueueParams) error {
+	q, args, err := d.enqueueStatement(p)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, q, args...)
+	return err
+}
+
+var _ inboxdriver.OutboxQueuer = (*Driver)(nil)
+
+// OutboxQueue implements inboxdriver.OutboxQueuer: batch is a *pgx.Batch,
+// which gets the INSERT of OutboxEnqueue.
+func (d *Driver) OutboxQueue(batch any, p *inboxdriver.OutboxEnqueueParams) error {
+	b, ok := batch.(*pgx.Batch)
+	if !ok || b == nil {
+		return fmt.Errorf("inboxpgx: the batch to queue an enqueue on is a %T, not a *pgx.Batch", batch)
+	}
+	q, args, err := d.enqueueStatement(p)
+	if err != nil {
+		return err
+	}
+	b.Queue(q, args...)
+	return nil
+}
+
+// enqueueStatement is the INSERT that writes p.Rows, and its arguments.
+func (d *Driver) enqueueStatement(p *inboxdriver.OutboxEnqueueParams) (string, []any, error) {
 	n := len(p.Rows)
 	if n == 1 && !p.Ordered {
 		r := p.Rows[0]
+		if len(r.Headers) == 0 && r.CausationID == "" {
+			return d.oq.enqueueBare, []any{r.ID, r.Topic, r.Key, r.Payload, r.CreatedAt}, nil
+		}
 		h, err := encodeHeaders(r.Headers)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
-		_, err = tx.Exec(ctx, d.oq.enqueueOne, r.ID, r.Topic, r.Key, h, r.Payload, r.CausationID, r.CreatedAt)
-		return err
+		return d.oq.enqueueOne, []any{r.ID, r.Topic, r.Key, h, r.Payload, r.CausationID, r.CreatedAt}, nil
 	}
 	ids, topics, headers, causes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	keys, payloads := make([][]byte, n), make([][]byte, n)
@@ -152,7 +188,7 @@ func (d *Driver) OutboxEnqueue(ctx context.Context, tx pgx.Tx, p *inboxdriver.Ou
 		ids[i], topics[i], keys[i], payloads[i], causes[i] = r.ID, r.Topic, r.Key, r.Payload, r.CausationID
 		h, err := encodeHeaders(r.Headers)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		headers[i] = h
 	}
@@ -164,28 +200,57 @@ func (d *Driver) OutboxEnqueue(ctx context.Context, tx pgx.Tx, p *inboxdriver.Ou
 	if n > 0 {
 		created = p.Rows[0].CreatedAt
 	}
-	_, err := tx.Exec(ctx, q, ids, topics, keys, headers, payloads, causes, created)
-	return err
+	return q, []any{ids, topics, keys, headers, payloads, causes, created}, nil
 }
 
 // OutboxClaim implements inboxdriver.OutboxAdmin: the ordered and the
-// unordered claims go in one round trip, each its own short transaction.
-// Each takes at most p.Limit rows.
+// unordered claims go in one round trip. Each takes at most p.Limit rows.
 func (d *Driver) OutboxClaim(ctx context.Context, p *inboxdriver.OutboxClaimParams) ([]*inboxdriver.OutboxRow, error) {
-	var out []*inboxdriver.OutboxRow
 	b := &pgx.Batch{}
-	for _, q := range []string{d.oq.claimOrdered, d.oq.claim} {
-		b.Queue(q, p.Now, p.Limit, p.Token, p.LeaseUntil).Query(func(rows pgx.Rows) error {
-			rs, err := pgx.CollectRows(rows, scanOutboxRow)
-			out = append(out, rs...)
-			return err
-		})
-	}
+	out := d.queueClaims(b, p)
 	if err := d.pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	inboxdriver.SortOutboxRows(out)
-	return out, nil
+	inboxdriver.SortOutboxRows(*out)
+	return *out, nil
+}
+
+var _ inboxdriver.OutboxAckClaimer = (*Driver)(nil)
+
+// OutboxAckClaim implements inboxdriver.OutboxAckClaimer: the write-back
+// and the claims go in one round trip.
+func (d *Driver) OutboxAckClaim(ctx context.Context, a *inboxdriver.OutboxAckParams, p *inboxdriver.OutboxClaimParams) (int64, []*inboxdriver.OutboxRow, error) {
+	b := &pgx.Batch{}
+	var acked int64
+	count := func(ct pgconn.CommandTag) error {
+		acked = ct.RowsAffected()
+		return nil
+	}
+	if a.Keep {
+		b.Queue(d.oq.ackKeep, a.IDs, a.Token, a.Now).Exec(count)
+	} else {
+		b.Queue(d.oq.ack, a.IDs, a.Token).Exec(count)
+	}
+	out := d.queueClaims(b, p)
+	if err := d.pool.SendBatch(ctx, b).Close(); err != nil {
+		return 0, nil, err
+	}
+	inboxdriver.SortOutboxRows(*out)
+	return acked, *out, nil
+}
+
+// queueClaims queues the ordered and the unordered claims of p on b; the
+// rows are in *out once b was sent.
+func (d *Driver) queueClaims(b *pgx.Batch, p *inboxdriver.OutboxClaimParams) *[]*inboxdriver.OutboxRow {
+	out := new([]*inboxdriver.OutboxRow)
+	for _, q := range []string{d.oq.claimOrdered, d.oq.claim} {
+		b.Queue(q, p.Now, p.Limit, p.Token, p.LeaseUntil).Query(func(rows pgx.Rows) error {
+			rs, err := pgx.CollectRows(rows, scanOutboxRow)
+			*out = append(*out, rs...)
+			return err
+		})
+	}
+	return out
 }
 
 // OutboxAck implements inboxdriver.OutboxAdmin.

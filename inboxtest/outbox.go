@@ -191,6 +191,64 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			}
 		}},
 
+		{"OutboxRunningRelaysPublishEachEventOnce", func(t *testing.T, x *suite[TTx]) {
+			// Run, unlike RelayOnce, carries the delete of a full batch
+			// with its next claim, where the store can: still each event
+			// once, and none left once the relays stopped.
+			o := x.outbox(nil)
+			const n = 250
+			want := x.enqueueN(o, n, 50, func(i int) outbox.Message {
+				return outbox.Message{Topic: "orders", Payload: []byte(strconv.Itoa(i))}
+			})
+			sink := &countingSink{}
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			for range 2 {
+				r := x.relay(o, sink, &outbox.RelayConfig{BatchSize: 20, Workers: 2, PollInterval: time.Millisecond})
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = r.Run(ctx)
+				}()
+			}
+			deadline := time.Now().Add(time.Minute)
+			for {
+				if got := sink.counts(); len(got) == n {
+					break
+				}
+				if time.Now().After(deadline) {
+					cancel()
+					wg.Wait()
+					t.Fatalf("the relays published %d of %d events in a minute", len(sink.counts()), n)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			x.requireOutbox(o, 0, 0)
+			got := sink.counts()
+			for _, id := range want {
+				requireEqual(t, "publishes of "+id, got[id], 1)
+			}
+		}},
+
+		{"OutboxEnqueueBatchNeedsAQueueingStore", func(t *testing.T, x *suite[TTx]) {
+			// EnqueueBatch queues on the store's batch type where the store
+			// has one (inboxpgx: a *pgx.Batch) and says ErrNotQueueable
+			// where it has none; it never writes anything itself.
+			o := x.outbox(nil)
+			_, queues := x.outboxStore().(inboxdriver.OutboxQueuer)
+			_, err := o.EnqueueBatch(struct{}{}, outbox.Message{Topic: "orders"})
+			if !queues {
+				if !errors.Is(err, outbox.ErrNotQueueable) {
+					t.Fatalf("EnqueueBatch on a store that cannot queue: got %v, want ErrNotQueueable", err)
+				}
+			} else if err == nil || errors.Is(err, outbox.ErrNotQueueable) {
+				t.Fatalf("EnqueueBatch on a batch of the wrong type: got %v, want an error naming the type", err)
+			}
+			x.requireOutbox(o, 0, 0)
+		}},
+
 		{"OutboxLapsedClaimIsPublishedAgainWithTheSameID", func(t *testing.T, x *suite[TTx]) {
 			// A relay that dies after the broker confirmed and before the
 			// delete: its claim lapses, another relay publishes the same

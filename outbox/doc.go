@@ -16,6 +16,9 @@
 //
 // The consumer reads the id with inbox.HeaderKey(outbox.HeaderEventID).
 //
+// On pgx, EnqueueBatch queues the events on the caller's *pgx.Batch beside
+// the business statements, so that they cost no round trip of their own.
+//
 // # The relay
 //
 // A relay claims ready rows in a short transaction (FOR UPDATE SKIP

@@ -150,6 +150,45 @@ func (o *Outbox[TTx]) EnqueueTx(ctx context.Context, tx TTx, msgs ...Message) ([
 	return ids, nil
 }
 
+// EnqueueBatch is EnqueueTx for a transaction that sends its statements in
+// batches: it queues the write of msgs on batch, the caller's batch of
+// statements (a *pgx.Batch for inboxpgx), and returns their event ids.
+// Queue the business statements on the same batch and send it in the
+// transaction: the events then cost no round trip of their own, where
+// EnqueueTx costs one.
+//
+//	b := &pgx.Batch{}
+//	b.Queue(`UPDATE accounts SET balance = balance - $1 WHERE id = $2`, cents, acct)
+//	ids, err := o.EnqueueBatch(b, outbox.Message{Topic: "payments", Key: []byte(acct), Payload: body})
+//	err = tx.SendBatch(ctx, b).Close()
+//	err = tx.Commit(ctx)
+//
+// The events are written only if the batch is sent, and kept only if its
+// transaction commits. It returns ErrNotQueueable for a store that cannot
+// queue. It wakes the relays as EnqueueTx does.
+func (o *Outbox[TTx]) EnqueueBatch(batch any, msgs ...Message) ([]string, error) {
+	q, ok := o.store.(inboxdriver.OutboxQueuer)
+	if !ok {
+		return nil, ErrNotQueueable
+	}
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	p, ids, err := o.rows(msgs)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.OutboxQueue(batch, p); err != nil {
+		return nil, fmt.Errorf("outbox: queue %d events: %w", len(msgs), err)
+	}
+	o.Wake()
+	return ids, nil
+}
+
+// ErrNotQueueable is returned by EnqueueBatch for a store that has no batch
+// of statements to queue on (the database/sql stores): use EnqueueTx.
+var ErrNotQueueable = errors.New("outbox: the store cannot queue an enqueue on a batch: use EnqueueTx")
+
 // Enqueue writes msgs into the outbox in a transaction of its own, commits
 // it, and wakes this Outbox's relays. Use EnqueueTx to write events
 // together with the business change that causes them: that is the point of

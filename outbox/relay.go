@@ -256,8 +256,17 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
 	backoff := time.Duration(0)
 	rechecks := wakeRechecks // none until a wake
+	// carry is the write-back of the last full batch, which goes with the
+	// next claim (inboxdriver.OutboxAckClaimer).
+	var carry *inboxdriver.OutboxAckParams
+	defer func() {
+		if carry != nil {
+			r.flush(ctx, carry)
+		}
+	}()
 	for ctx.Err() == nil {
-		res, err := r.RelayOnce(ctx)
+		res, next, err := r.round(ctx, carry, true)
+		carry = next
 		if ctx.Err() != nil {
 			return
 		}
@@ -286,6 +295,10 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
 		default:
 			wait = r.config.PollInterval
 		}
+		if carry != nil {
+			r.flush(ctx, carry)
+			carry = nil
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -306,6 +319,24 @@ func (r *Relay) loop(ctx context.Context, wake <-chan struct{}) {
 			t.Stop()
 		case <-t.C:
 		}
+	}
+}
+
+// flush writes back a carried acknowledgement on its own.
+func (r *Relay) flush(ctx context.Context, a *inboxdriver.OutboxAckParams) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	n, err := r.store.OutboxAck(wctx, a)
+	if err != nil {
+		r.logger.WarnContext(ctx, "outbox: delete published events failed: they will be published again", "events", len(a.IDs), "err", err)
+		return
+	}
+	r.lapsed(ctx, len(a.IDs)-int(n))
+}
+
+func (r *Relay) lapsed(ctx context.Context, n int) {
+	if n > 0 {
+		r.logger.WarnContext(ctx, "outbox: claim lapsed before the write-back: those events may be published again", "events", n, "lease", r.config.Lease)
 	}
 }
 
@@ -341,31 +372,61 @@ const (
 // RelayOnce claims one batch, publishes it and writes the outcome back. It
 // is what Run repeats; tests and tools call it to relay step by step.
 func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
+	res, _, err := r.round(ctx, nil, false)
+	return res, err
+}
+
+// round is RelayOnce. carry, if not nil, is the write-back of the round
+// before, to send with this round's claim; with deferAck, a full batch's
+// write-back of its confirmed rows is returned instead of sent, for the
+// next round's claim to carry. A store that cannot send both at once gets
+// them one after the other.
+func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, deferAck bool) (Result, *inboxdriver.OutboxAckParams, error) {
 	var res Result
 	start := time.Now()
 	now := r.config.Now()
 	token := uuid.V4()
 	var rows []*inboxdriver.OutboxRow
 	var err error
+	claim := &inboxdriver.OutboxClaimParams{
+		Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
+	}
+	ackClaimer, _ := r.store.(inboxdriver.OutboxAckClaimer)
+	if carry != nil && ackClaimer == nil {
+		r.flush(ctx, carry)
+		carry = nil
+	}
 	// A claim that lost a deadlock or a serialization check changed
 	// nothing: run it again at once, a few times.
 	for range 3 {
-		rows, err = r.store.OutboxClaim(ctx, &inboxdriver.OutboxClaimParams{
-			Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
-		})
+		if carry != nil {
+			var n int64
+			n, rows, err = ackClaimer.OutboxAckClaim(ctx, carry, claim)
+			if err == nil {
+				r.lapsed(ctx, len(carry.IDs)-int(n))
+				res.Lapsed += len(carry.IDs) - int(n)
+				carry = nil
+			}
+		} else {
+			rows, err = r.store.OutboxClaim(ctx, claim)
+		}
 		if err == nil || r.store.Classify(err) != inboxdriver.ClassConflict {
 			break
 		}
 	}
+	if carry != nil {
+		// The claim failed, and the write-back with it: send it alone.
+		r.flush(ctx, carry)
+	}
 	if err != nil {
-		return res, fmt.Errorf("outbox: claim: %w", classify(r.store, err))
+		return res, nil, fmt.Errorf("outbox: claim: %w", classify(r.store, err))
 	}
 	res.Claimed = len(rows)
 	if obs := r.config.Observer; obs != nil {
 		obs.Claimed(ctx, &ClaimEvent{Rows: len(rows), Duration: time.Since(start)})
 	}
 	if len(rows) == 0 {
-		return res, nil
+		return res, nil, nil
 	}
 
 	outcome := make([]int, len(rows))
@@ -411,16 +472,18 @@ func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
 		}
 	}
 	var werr error
+	var next *inboxdriver.OutboxAckParams
 	if len(acked) > 0 {
-		n, err := r.store.OutboxAck(wctx, &inboxdriver.OutboxAckParams{IDs: acked, Token: token, Keep: r.config.KeepPublished, Now: r.config.Now()})
-		if err != nil {
+		a := &inboxdriver.OutboxAckParams{IDs: acked, Token: token, Keep: r.config.KeepPublished, Now: r.config.Now()}
+		res.Published = len(acked)
+		if deferAck && len(rows) == r.config.BatchSize && len(acked) == len(rows) && ackClaimer != nil {
+			next = a // more is likely waiting: the next claim carries it
+		} else if n, err := r.store.OutboxAck(wctx, a); err != nil {
+			res.Published = 0
 			werr = errors.Join(werr, fmt.Errorf("outbox: delete %d published events: %w", len(acked), classify(r.store, err)))
 		} else {
-			res.Published = len(acked)
-			res.Lapsed = len(acked) - int(n)
-			if res.Lapsed > 0 {
-				r.logger.WarnContext(ctx, "outbox: claim lapsed before the write-back: those events may be published again", "events", res.Lapsed, "lease", r.config.Lease)
-			}
+			res.Lapsed += len(acked) - int(n)
+			r.lapsed(ctx, len(acked)-int(n))
 		}
 	}
 	for i, o := range outcome {
@@ -457,7 +520,7 @@ func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
 			werr = errors.Join(werr, fmt.Errorf("outbox: release %d events: %w", len(release), classify(r.store, err)))
 		}
 	}
-	return res, werr
+	return res, next, werr
 }
 
 // publish publishes rows in rounds. Unordered rows all go in the first

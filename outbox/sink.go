@@ -7,9 +7,11 @@ import (
 	"time"
 )
 
-// Sink publishes records to a broker. Sinks for Kafka and SQS live in
-// packages inboxkafka and inboxsqs, over the caller's client; MemorySink
-// keeps records in memory, for tests and benchmarks.
+// Sink publishes records to a broker. Sinks for Kafka, SQS, NATS
+// JetStream and RabbitMQ live in packages inboxkafka, inboxsqs, inboxnats
+// and inboxrabbit, over the caller's client; MemorySink keeps records in
+// memory, for tests and benchmarks. Package outboxtest is the conformance
+// suite a sink runs against its broker.
 type Sink interface {
 	// Publish publishes recs and returns one error per record, in order:
 	// nil once the broker confirmed that record (Kafka acks, an SQS 200),

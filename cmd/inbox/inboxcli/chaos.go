@@ -19,7 +19,11 @@ import (
 )
 
 func runChaos(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "chaos", "chaos [--transport kafka|sqs|nats|rabbitmq] [--duration 60s] [--events N] [--json] [flags]")
+	if rest, ok := outboxFlag(args); ok {
+		return runChaosOutbox(ctx, e, rest)
+	}
+	fs := newFlags(e, "chaos", "chaos [--transport kafka|sqs|nats|rabbitmq] [--duration 60s] [--events N] [--json] [flags]\n       inbox chaos --outbox [--duration 60s] [--json] [flags] (see inbox chaos-outbox --help)")
+	fs.Bool("outbox", false, "run the outbox's end-to-end chaos instead: producers, relays and consumers (the flags of chaos-outbox)")
 	transport := fs.String("transport", "kafka", "kafka (kfake in process unless --brokers), sqs (goaws in process unless --sqs-endpoint), nats (an embedded JetStream server) or rabbitmq (the local server)")
 	brokers := fs.String("brokers", "", "a real Kafka cluster, host:port[,host:port]")
 	sqsEndpoint := fs.String("sqs-endpoint", "", "a real SQS endpoint URL")

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/bench"
 	"github.com/txinbox/inbox/cmd/inbox/internal/outboxchaos"
@@ -17,8 +18,31 @@ import (
 // hold; the report says which.
 var errChaosFailed = errors.New("an invariant did not hold")
 
+// outboxFlag reports whether args ask 'inbox chaos' for the outbox's run
+// (--outbox, or --outbox=true), and returns args without that flag.
+func outboxFlag(args []string) ([]string, bool) {
+	var rest []string
+	on := false
+	for i, a := range args {
+		if a == "--" {
+			rest = append(rest, args[i:]...)
+			break
+		}
+		switch strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-") {
+		case "outbox", "outbox=true", "outbox=1":
+			on = true
+			continue
+		case "outbox=false", "outbox=0":
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return rest, on
+}
+
+// runChaosOutbox is 'inbox chaos --outbox', also named chaos-outbox.
 func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "chaos-outbox", "chaos-outbox [--duration 30s] [--json] [flags]")
+	fs := newFlags(e, "chaos --outbox", "chaos --outbox [--duration 30s] [--json] [flags]")
 	databaseURL := fs.String("database-url", "", "the Postgres server; defaults to $DATABASE_URL, then the local test server")
 	duration := durationFlag{d: outboxchaos.DefaultDuration}
 	fs.Var(&duration, "duration", "how long processes are killed for (default 30s)")

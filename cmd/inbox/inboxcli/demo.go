@@ -26,6 +26,7 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 	brokers := fs.String("brokers", "", "run on this Kafka cluster (host:port[,host:port]) instead of an in-process one")
 	natsURL := fs.String("nats-url", "", "with --transport nats: run on this NATS server with JetStream (nats://host:port) instead of an in-process one")
 	amqpURL := fs.String("amqp-url", "", "with --transport rabbitmq: run on this RabbitMQ (amqp://user:password@host:port/vhost) instead of "+demo.DefaultAMQPURL)
+	producer := fs.Bool("producer", true, "tell the producer's side too: the outbox's relay that dies after the broker confirmed, against a producer that mints a new id when it retries (--producer=false leaves it out)")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
@@ -75,6 +76,7 @@ func runDemo(ctx context.Context, e *Env, args []string) error {
 	res, err := demo.Run(ctx, demo.Config{
 		Seed: *seed, Events: *events, DatabaseURL: *databaseURL, Log: log,
 		Transport: *transport, Brokers: *brokers, NATSURL: *natsURL, AMQPURL: *amqpURL,
+		Producer: *producer,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"demo-consumer"}, args...)...)
 		},
@@ -137,6 +139,46 @@ func printDemo(w io.Writer, r *demo.Result) {
 			reason = r
 		}
 		fmt.Fprintf(w, "  %-23s %s\n", s.Name+":", reason)
+	}
+	if r.Producer != nil {
+		printProducer(w, r.Producer, r.Transport)
+	}
+}
+
+// whyProducer says what each producer strategy did.
+var whyProducer = map[string]string{
+	"outbox":          "the republished events kept their ids: the inbox skipped them",
+	"new-id-on-retry": "the retry minted a new id: the inbox could not know",
+}
+
+// whyProducerOn says what a producer strategy did where a broker tells it
+// otherwise.
+var whyProducerOn = map[string]map[string]string{
+	demo.TransportNATS: {
+		"outbox": "the republished events kept their ids: the stream dropped them (Nats-Msg-Id), the inbox would have skipped them",
+	},
+}
+
+// printProducer prints the producer's side of the story.
+func printProducer(w io.Writer, p *demo.ProducerResult, transport string) {
+	fmt.Fprintf(w, "\nThe producer's side: %d orders, each with a PaymentCaptured event. A relay dies after the broker\n", p.Orders)
+	fmt.Fprintf(w, "confirmed and before it marked its rows (%d crash, %d events published again); a producer without an\n", p.RelayCrashes, p.Republished)
+	fmt.Fprintf(w, "outbox loses %d answers from the broker and sends again with a new id. One inbox consumer charges them.\n\n", p.LostAcks)
+	fmt.Fprintf(w, "%-19s %6s %7s %7s %14s %5s %10s %10s\n", "producer", "orders", "records", "skipped", "double-charged", "lost", "charged", "expected")
+	for _, s := range p.Strategies {
+		mark := "✗"
+		if s.BalanceOK && s.DoubleCharged+s.Lost == 0 {
+			mark = "✓"
+		}
+		fmt.Fprintf(w, "%-19s %6d %7d %7d %14d %5d %10s %10s  %s\n", s.Name, p.Orders, s.Records, s.Skipped, s.DoubleCharged, s.Lost, dollars(s.Cents), dollars(s.WantCents), mark)
+	}
+	fmt.Fprintln(w)
+	for _, s := range p.Strategies {
+		reason := whyProducer[s.Name]
+		if r, ok := whyProducerOn[transport][s.Name]; ok {
+			reason = r
+		}
+		fmt.Fprintf(w, "  %-18s %s\n", s.Name+":", reason)
 	}
 }
 

@@ -31,6 +31,7 @@ func TestDemoJSON(t *testing.T) {
 			BalanceCents   int64  `json:"balance_cents"`
 			ExpectedCents  int64  `json:"expected_balance_cents"`
 		} `json:"strategies"`
+		Producer json.RawMessage `json:"producer"` // see TestDemoTellsTheProducersSide
 	}
 	require.NoError(t, dec.Decode(&res))
 	require.False(t, dec.More(), "exactly one JSON object")

@@ -5,12 +5,18 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxkafka"
+	"github.com/txinbox/inbox/inboxnats"
+	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -18,10 +24,14 @@ import (
 const maxOnceRounds = 1_000_000
 
 func runRelay(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "relay", "relay --brokers HOST:PORT[,HOST:PORT…] [--once] [flags]")
+	fs := newFlags(e, "relay", "relay [--sink kafka] --brokers HOST:PORT[,HOST:PORT…] [--once] [flags]\n       inbox relay --sink nats [--nats-url nats://HOST:PORT] | --sink rabbitmq [--amqp-url amqp://…] [--exchange NAME]")
 	var sf storeFlags
 	outboxFlags(fs, &sf)
-	brokers := fs.String("brokers", "", "the Kafka brokers to publish to, comma-separated (the sink is Kafka)")
+	sinkName := fs.String("sink", "kafka", "the broker to publish to: kafka, nats (JetStream) or rabbitmq")
+	brokers := fs.String("brokers", "", "with --sink kafka: the Kafka brokers to publish to, comma-separated")
+	natsURL := fs.String("nats-url", nats.DefaultURL, "with --sink nats: the NATS server with JetStream; each event goes to the subject named by its topic")
+	amqpURL := fs.String("amqp-url", "amqp://guest:guest@127.0.0.1:5672/", "with --sink rabbitmq: the RabbitMQ server")
+	exchange := fs.String("exchange", "", "with --sink rabbitmq: the exchange, with each event's topic as the routing key (default: the default exchange, where the topic names the queue)")
 	batch := fs.Int("batch", outbox.DefaultBatchSize, "the most events one claim takes")
 	lease := fs.Duration("lease", outbox.DefaultLease, "how long a claim holds its events before another relay may take them")
 	poll := fs.Duration("poll", outbox.DefaultPollInterval, "how long to wait when there is nothing to publish")
@@ -32,24 +42,56 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
-	if *brokers == "" {
-		return usagef("--brokers: want the Kafka brokers to publish to, such as localhost:9092")
-	}
 	if *batch <= 0 || *maxRejections <= 0 {
 		return usagef("--batch and --max-rejections must be positive")
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
-	if err != nil {
-		return usagef("--brokers: %v", err)
+	if *brokers != "" && *sinkName != "kafka" {
+		return usagef("--brokers is for --sink kafka, not %s", *sinkName)
 	}
-	defer cl.Close()
+	var sink outbox.Sink
+	var where string
+	switch *sinkName {
+	case "kafka":
+		if *brokers == "" {
+			return usagef("--brokers: want the Kafka brokers to publish to, such as localhost:9092")
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
+		if err != nil {
+			return usagef("--brokers: %v", err)
+		}
+		defer cl.Close()
+		sink, where = inboxkafka.NewOutboxSink(cl), "Kafka at "+*brokers
+	case "nats":
+		nc, err := nats.Connect(*natsURL, nats.MaxReconnects(-1))
+		if err != nil {
+			return fmt.Errorf("cannot reach NATS at %s: %w", *natsURL, err)
+		}
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return err
+		}
+		sink, where = inboxnats.NewOutboxSink(js), "NATS JetStream at "+*natsURL
+	case "rabbitmq":
+		if _, err := amqp.ParseURI(*amqpURL); err != nil {
+			return usagef("--amqp-url: %v", err)
+		}
+		rs := &rabbitSink{url: *amqpURL, cfg: &inboxrabbit.OutboxSinkConfig{Exchange: *exchange}}
+		defer rs.close()
+		if err := rs.dial(); err != nil {
+			return fmt.Errorf("cannot reach RabbitMQ: %w", err)
+		}
+		sink, where = rs, "RabbitMQ"
+	default:
+		return usagef("--sink %q: want kafka, nats or rabbitmq", *sinkName)
+	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: level}))
 	return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
-		r, err := outbox.NewRelay(a, inboxkafka.NewOutboxSink(cl), &outbox.RelayConfig{
+		r, err := outbox.NewRelay(a, sink, &outbox.RelayConfig{
 			BatchSize: *batch, Lease: *lease, PollInterval: *poll, MaxRejections: *maxRejections,
 			KeepPublished: *keep, Logger: logger,
 		})
@@ -57,7 +99,7 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 			return usagef("%v", err)
 		}
 		if !*once {
-			fmt.Fprintf(e.Stderr, "relaying the outbox to Kafka at %s; stop with Ctrl-C\n", *brokers)
+			fmt.Fprintf(e.Stderr, "relaying the outbox to %s; stop with Ctrl-C\n", where)
 			return r.Run(ctx)
 		}
 		var total outbox.Result
@@ -83,4 +125,63 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 			time.Since(start).Round(time.Millisecond), total.Rejected, total.Parked)
 		return nil
 	})
+}
+
+// rabbitSink is an inboxrabbit.OutboxSink that dials again, on the next
+// publish, when its connection closed: amqp091-go does not reconnect.
+type rabbitSink struct {
+	url string
+	cfg *inboxrabbit.OutboxSinkConfig
+
+	mu   sync.Mutex
+	conn *amqp.Connection
+	sink *inboxrabbit.OutboxSink
+}
+
+// dial opens a connection, a channel and a sink over it.
+func (s *rabbitSink) dial() error {
+	conn, err := amqp.Dial(s.url)
+	if err != nil {
+		return err
+	}
+	ch, err := conn.Channel()
+	if err == nil {
+		var sink *inboxrabbit.OutboxSink
+		if sink, err = inboxrabbit.NewOutboxSink(ch, s.cfg); err == nil {
+			s.conn, s.sink = conn, sink
+			return nil
+		}
+	}
+	conn.Close()
+	return err
+}
+
+func (s *rabbitSink) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+}
+
+// Publish implements outbox.Sink.
+func (s *rabbitSink) Publish(ctx context.Context, recs []outbox.Record) []error {
+	s.mu.Lock()
+	if s.conn == nil || s.conn.IsClosed() {
+		if s.conn != nil {
+			s.conn.Close()
+			s.conn, s.sink = nil, nil
+		}
+		if err := s.dial(); err != nil {
+			s.mu.Unlock()
+			errs := make([]error, len(recs))
+			for i := range errs {
+				errs[i] = outbox.Unavailable(fmt.Errorf("dial RabbitMQ: %w", err))
+			}
+			return errs
+		}
+	}
+	sink := s.sink
+	s.mu.Unlock()
+	return sink.Publish(ctx, recs)
 }

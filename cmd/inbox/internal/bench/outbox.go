@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -43,31 +44,62 @@ var outboxResource = &resource{
 }
 
 // outboxEnqueue returns the op of the outbox-enqueue-n row: the bare row's
-// transaction (BEGIN; UPDATE; COMMIT) with n events enqueued in it, keyed
-// by account. Compare its msgs/s, which counts business transactions, with
-// bare's.
+// transaction with n events enqueued in it, keyed by account. The events
+// go with the UPDATE, in one batch (Outbox.EnqueueBatch), so that the
+// transaction keeps the bare row's three round trips: BEGIN, the UPDATE
+// and the events, COMMIT. Compare its msgs/s, which counts business
+// transactions, with bare's.
 func outboxEnqueue(n int) func(ctx context.Context, b *bench, w *worker) error {
 	return func(ctx context.Context, b *bench, w *worker) error {
 		e := w.next(b, 1)[0]
-		msgs := make([]outbox.Message, n)
-		key := []byte("acct-" + strconv.Itoa(int(e.account)))
-		for i := range msgs {
-			msgs[i] = outbox.Message{Topic: "orders", Key: key, Payload: outboxPayload}
-		}
+		msgs := outboxMessages(e, n)
 		tx, err := b.pool.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, b.pg.update, e.amount, e.account); err != nil {
+		batch := &pgx.Batch{}
+		batch.Queue(b.pg.update, e.amount, e.account)
+		if _, err := b.outbox.EnqueueBatch(batch, msgs...); err != nil {
 			rollback(ctx, tx)
 			return err
 		}
-		if _, err := b.outbox.EnqueueTx(ctx, tx, msgs...); err != nil {
+		if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 			rollback(ctx, tx)
 			return err
 		}
 		return tx.Commit(ctx)
 	}
+}
+
+// outboxEnqueueTx is the op of the outbox-enqueue-tx-1 row: outbox-enqueue-1
+// with Outbox.EnqueueTx, whose INSERT is a round trip of its own after the
+// UPDATE's.
+func outboxEnqueueTx(ctx context.Context, b *bench, w *worker) error {
+	e := w.next(b, 1)[0]
+	msgs := outboxMessages(e, 1)
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, b.pg.update, e.amount, e.account); err != nil {
+		rollback(ctx, tx)
+		return err
+	}
+	if _, err := b.outbox.EnqueueTx(ctx, tx, msgs...); err != nil {
+		rollback(ctx, tx)
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// outboxMessages are the n events of e's business transaction.
+func outboxMessages(e *effect, n int) []outbox.Message {
+	msgs := make([]outbox.Message, n)
+	key := []byte("acct-" + strconv.Itoa(int(e.account)))
+	for i := range msgs {
+		msgs[i] = outbox.Message{Topic: "orders", Key: key, Payload: outboxPayload}
+	}
+	return msgs
 }
 
 // outboxRows reports whether the run has an outbox row.
@@ -98,6 +130,21 @@ type OutboxResult struct {
 	LatencyP50Ms   float64 `json:"latency_p50_ms"`
 	LatencyP99Ms   float64 `json:"latency_p99_ms"`
 	LatencySamples int     `json:"latency_samples"`
+	// ForwarderMsgsPerS is watermill-sql's Forwarder draining
+	// ForwarderEvents events to the same kfake with the same kind of kgo
+	// client, in the same run (forwarder.go).
+	ForwarderMsgsPerS float64 `json:"forwarder_msgs_per_s"`
+	ForwarderEvents   int     `json:"forwarder_events"`
+	// Drains are the drains above as named rows, side by side:
+	// relay-null, relay-kfake and watermill-sql-forwarder-kfake.
+	Drains []Drain `json:"drains"`
+}
+
+// Drain is one drain of the relay section.
+type Drain struct {
+	Name     string  `json:"name"`
+	Events   int     `json:"events"`
+	MsgsPerS float64 `json:"msgs_per_s"`
 }
 
 // outboxLatencySamples is how many events the latency measurement times.
@@ -133,6 +180,17 @@ func (b *bench) runOutbox(ctx context.Context) (*OutboxResult, error) {
 	defer producer.Close()
 	if res.KafkaMsgsPerS, err = b.drain(ctx, inboxkafka.NewOutboxSink(producer)); err != nil {
 		return nil, err
+	}
+
+	res.ForwarderEvents = min(res.Events, forwarderEvents)
+	b.logf("outbox: watermill-sql's Forwarder drains %d events to kfake", res.ForwarderEvents)
+	if res.ForwarderMsgsPerS, err = b.drainForwarder(ctx, producer, res.ForwarderEvents); err != nil {
+		return nil, err
+	}
+	res.Drains = []Drain{
+		{Name: "relay-null", Events: res.Events, MsgsPerS: res.NullMsgsPerS},
+		{Name: "relay-kfake", Events: res.Events, MsgsPerS: res.KafkaMsgsPerS},
+		{Name: "watermill-sql-forwarder-kfake", Events: res.ForwarderEvents, MsgsPerS: res.ForwarderMsgsPerS},
 	}
 
 	b.logf("outbox: commit-to-publish latency, %d events", outboxLatencySamples)

@@ -341,6 +341,10 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			o.Batch, o.Workers, o.Events, o.LatencySamples)
 		p("| null sink msgs/s | kfake msgs/s | p50 ms | p99 ms |\n| ---: | ---: | ---: | ---: |\n")
 		p("| %.0f | %.0f | %.2f | %.2f |\n", o.NullMsgsPerS, o.KafkaMsgsPerS, o.LatencyP50Ms, o.LatencyP99Ms)
+		if o.ForwarderMsgsPerS > 0 {
+			p("\nwatermill-sql's Forwarder, set up as its documentation does, drained %d events to the same kfake at %.0f msgs/s (the relay: %.1f×).\n",
+				o.ForwarderEvents, o.ForwarderMsgsPerS, o.KafkaMsgsPerS/o.ForwarderMsgsPerS)
+		}
 	}
 	if ids := r.IDs; ids != nil {
 		p("\n## Ids: UUIDv4 against UUIDv7\n\n")
@@ -438,6 +442,10 @@ func (r *Report) Ratios() []Ratio {
 		out = append(out,
 			Ratio{Name: "relay to kfake, msgs/s at batch 100 (≥ 25000)", Value: float64(int64(o.KafkaMsgsPerS)), Want: 25000, Met: o.KafkaMsgsPerS >= 25000},
 			Ratio{Name: "outbox commit-to-publish p50 ms, woken in process (≤ 10)", Value: o.LatencyP50Ms, Want: 10, Met: o.LatencyP50Ms <= 10, LessIsBetter: true})
+		if o.ForwarderMsgsPerS > 0 {
+			v := o.KafkaMsgsPerS / o.ForwarderMsgsPerS
+			out = append(out, Ratio{Name: "relay ÷ watermill-sql Forwarder, msgs/s to kfake (≥ 3)", Value: round2(v), Want: 3, Met: v >= 3})
+		}
 	}
 	if r.Purge != nil && r.Purge.Without.P99Ms > 0 {
 		v := r.Purge.P99Ratio

@@ -62,6 +62,7 @@ var rows = []*row{
 	{name: "outbox-enqueue-1", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(1)},
 	{name: "outbox-enqueue-10", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(10)},
 	{name: "outbox-enqueue-100", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(100)},
+	{name: "outbox-enqueue-tx-1", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueueTx},
 	{name: "kafka-inbox-batch-100", batch: 100, postgres: true, inbox: true, needs: []*resource{kafkaResource}, op: kafkaInboxBatch},
 	// Each broker's inbox row runs beside a bare ack loop on the same
 	// broker: the same messages taken and acknowledged, with no inbox and

@@ -97,9 +97,10 @@ type Config struct {
 	Command func(args []string) *exec.Cmd
 	// Log receives progress lines. Defaults to io.Discard.
 	Log io.Writer
-	// Producer adds the producer's side (see producer.go): the outbox,
-	// whose relay dies after Kafka confirmed, against a producer that
-	// mints a new id when it retries. Defaults to false.
+	// Producer adds the producer's side (see producer.go), on the same
+	// broker: the outbox, whose relay dies after the broker confirmed,
+	// against a producer that mints a new id when it retries. Defaults to
+	// false; the CLI sets it unless --producer=false.
 	Producer bool
 }
 
@@ -338,12 +339,8 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		res.Strategies = append(res.Strategies, *sr)
 	}
 	if cfg.Producer {
-		// The producer's side relays to Kafka; on another transport it
-		// is left out.
-		if k, ok := b.(*kafka); ok {
-			if res.Producer, err = runProducer(ctx, st, k, s); err != nil {
-				return nil, err
-			}
+		if res.Producer, err = runProducer(ctx, st, b, s); err != nil {
+			return nil, err
 		}
 	}
 	fmt.Fprintf(cfg.Log, "demo: done in %v\n", time.Since(start).Round(time.Millisecond))

@@ -15,7 +15,6 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/uuid"
@@ -59,8 +58,11 @@ type ProducerResult struct {
 // consumer.
 type ProducerStrategyStat struct {
 	Name string `json:"name"`
-	// Records is how many records the strategy put on the topic.
+	// Records is how many records the strategy put on the topic, and
+	// Skipped how many of them the consumer's inbox skipped as duplicates
+	// (records less charges).
 	Records int `json:"records"`
+	Skipped int `json:"skipped"`
 	// DoubleCharged counts the extra charges of orders charged more than
 	// once; Lost the orders never charged.
 	DoubleCharged int  `json:"double_charged"`
@@ -69,6 +71,8 @@ type ProducerStrategyStat struct {
 	// Cents and WantCents are the charges, as made and as ordered.
 	Cents     int64 `json:"cents"`
 	WantCents int64 `json:"want_cents"`
+
+	charges int
 }
 
 // producerOrders is how many orders each producer strategy records.
@@ -85,9 +89,14 @@ type payment struct {
 	Cents   int64  `json:"cents"`
 }
 
-// runProducer runs the producer side of the demo on st and a topic of its
-// own in k.
-func runProducer(ctx context.Context, st *store, k *kafka, s *scenario) (*ProducerResult, error) {
+// runProducer runs the producer side of the demo on st and destinations
+// of its own in b's broker.
+func runProducer(ctx context.Context, st *store, b broker, s *scenario) (*ProducerResult, error) {
+	pb, err := paymentsOn(ctx, b)
+	if err != nil {
+		return nil, err
+	}
+	defer pb.close()
 	d, err := inboxsql.New(st.db, engine(st.dialect), &inboxsql.Config{Tables: inboxdriver.Tables{Schema: st.schema}})
 	if err != nil {
 		return nil, err
@@ -100,15 +109,10 @@ func runProducer(ctx context.Context, st *store, k *kafka, s *scenario) (*Produc
 	if err != nil {
 		return nil, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.seeds...))
-	if err != nil {
-		return nil, err
-	}
-	defer cl.Close()
 	res := &ProducerResult{Orders: producerOrders}
 	for _, name := range ProducerStrategies {
-		topic := k.topic + "-" + name
-		if err := createTopic(ctx, k.seeds, topic); err != nil {
+		dest, err := pb.dest(ctx, name)
+		if err != nil {
 			return nil, err
 		}
 		orders := make([]payment, producerOrders)
@@ -116,17 +120,21 @@ func runProducer(ctx context.Context, st *store, k *kafka, s *scenario) (*Produc
 			e := s.events[i%len(s.events)]
 			orders[i] = payment{Order: fmt.Sprintf("%s-order-%d", name, i+1), Account: e.Account, Cents: e.Cents}
 		}
-		var records int
+		var sent int
 		switch name {
 		case "outbox":
-			records, err = produceWithOutbox(ctx, st, o, cl, topic, orders, res)
+			sent, err = produceWithOutbox(ctx, st, o, pb.sink(), dest, orders, res)
 		default:
-			records, err = produceNewIDOnRetry(ctx, st, cl, topic, orders, res)
+			sent, err = produceNewIDOnRetry(ctx, st, pb, dest, orders, res)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("demo: producer %s: %w", name, err)
 		}
-		if err := consumePayments(ctx, st, client, k, topic, name, records); err != nil {
+		records, err := pb.stored(ctx, dest, sent)
+		if err != nil {
+			return nil, fmt.Errorf("demo: producer %s: %w", name, err)
+		}
+		if err := consumePayments(ctx, st, client, pb, dest, name, records); err != nil {
 			return nil, fmt.Errorf("demo: producer %s: consume: %w", name, err)
 		}
 		stat, err := st.tallyPayments(ctx, name, orders)
@@ -134,6 +142,7 @@ func runProducer(ctx context.Context, st *store, k *kafka, s *scenario) (*Produc
 			return nil, err
 		}
 		stat.Records = records
+		stat.Skipped = records - stat.charges
 		res.Strategies = append(res.Strategies, *stat)
 	}
 	return res, nil
@@ -148,7 +157,7 @@ func recordOrder(ctx context.Context, st *store, tx *sql.Tx, strategy string, p 
 // produceWithOutbox records each order with its event in one transaction,
 // then relays: the first relay dies after Kafka confirmed its batch, the
 // second publishes everything when the first one's lease has run out.
-func produceWithOutbox(ctx context.Context, st *store, o *outbox.Outbox[*sql.Tx], cl *kgo.Client, topic string, orders []payment, res *ProducerResult) (int, error) {
+func produceWithOutbox(ctx context.Context, st *store, o *outbox.Outbox[*sql.Tx], sink outbox.Sink, topic string, orders []payment, res *ProducerResult) (int, error) {
 	for _, p := range orders {
 		tx, err := st.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -167,7 +176,6 @@ func produceWithOutbox(ctx context.Context, st *store, o *outbox.Outbox[*sql.Tx]
 			return 0, err
 		}
 	}
-	sink := inboxkafka.NewOutboxSink(cl)
 	first, err := o.NewRelay(sink, &outbox.RelayConfig{BatchSize: producerOrders / 2})
 	if err != nil {
 		return 0, err
@@ -218,7 +226,7 @@ func produceWithOutbox(ctx context.Context, st *store, o *outbox.Outbox[*sql.Tx]
 // event with an id minted in the send. Every lostAckEvery-th produce loses
 // its answer although Kafka stored the record, and the producer sends the
 // event again, minting a new id.
-func produceNewIDOnRetry(ctx context.Context, st *store, cl *kgo.Client, topic string, orders []payment, res *ProducerResult) (int, error) {
+func produceNewIDOnRetry(ctx context.Context, st *store, pb paymentsBroker, topic string, orders []payment, res *ProducerResult) (int, error) {
 	records := 0
 	for i, p := range orders {
 		tx, err := st.db.BeginTx(ctx, nil)
@@ -234,9 +242,7 @@ func produceNewIDOnRetry(ctx context.Context, st *store, cl *kgo.Client, topic s
 		}
 		body, _ := json.Marshal(p)
 		for attempt := 1; attempt <= 2; attempt++ {
-			rec := &kgo.Record{Topic: topic, Key: []byte(p.Account), Value: body,
-				Headers: []kgo.RecordHeader{{Key: outbox.HeaderEventID, Value: []byte(uuid.V7(time.Now()))}}}
-			if err := cl.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			if err := pb.send(ctx, topic, uuid.V7(time.Now()), p.Account, body); err != nil {
 				return 0, err
 			}
 			records++
@@ -251,13 +257,7 @@ func produceNewIDOnRetry(ctx context.Context, st *store, cl *kgo.Client, topic s
 
 // consumePayments reads want records from topic and charges each with the
 // inbox, keyed by the event-id header, as consumer "payments".
-func consumePayments(ctx context.Context, st *store, client *inbox.Client[*sql.Tx], k *kafka, topic, strategy string, want int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(k.seeds...), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(50*time.Millisecond))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
+func consumePayments(ctx context.Context, st *store, client *inbox.Client[*sql.Tx], pb paymentsBroker, topic, strategy string, want int) error {
 	charge := inbox.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, m inbox.Message) error {
 		var p payment
 		if err := json.Unmarshal(m.Payload, &p); err != nil {
@@ -266,38 +266,15 @@ func consumePayments(ctx context.Context, st *store, client *inbox.Client[*sql.T
 		return apply(ctx, st.dialect, tx, "producer-"+strategy, "billing", event{ID: p.Order, Account: p.Account, Cents: p.Cents})
 	})
 	key := inbox.HeaderKey(outbox.HeaderEventID)
-	got := 0
-	deadline := time.Now().Add(time.Minute)
-	for got < want {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("read %d of %d records within a minute", got, want)
-		}
-		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		fetches := cl.PollFetches(pctx)
-		cancel()
-		if err := ctx.Err(); err != nil {
+	return pb.read(ctx, topic, want, func(headers map[string]string, body []byte) error {
+		m := inbox.Message{Payload: body, Headers: headers}
+		var err error
+		if m.ID, err = key(m); err != nil {
 			return err
 		}
-		var perr error
-		fetches.EachRecord(func(r *kgo.Record) {
-			if perr != nil {
-				return
-			}
-			m := inbox.Message{Payload: r.Value, Headers: map[string]string{}}
-			for _, h := range r.Headers {
-				m.Headers[h.Key] = string(h.Value)
-			}
-			if m.ID, perr = key(m); perr != nil {
-				return
-			}
-			_, perr = client.Process(ctx, "payments-"+strategy, m, charge)
-			got++
-		})
-		if perr != nil {
-			return perr
-		}
-	}
-	return nil
+		_, err = client.Process(ctx, "payments-"+strategy, m, charge)
+		return err
+	})
 }
 
 // tallyPayments counts the charges of strategy's orders.
@@ -323,6 +300,7 @@ func (s *store) tallyPayments(ctx context.Context, strategy string, orders []pay
 	for _, p := range orders {
 		stat.WantCents += p.Cents
 		stat.Cents += p.Cents * int64(charged[p.Order])
+		stat.charges += charged[p.Order]
 		switch n := charged[p.Order]; {
 		case n == 0:
 			stat.Lost++
