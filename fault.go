@@ -186,7 +186,7 @@ func (f Fault) Attempt() bool { return f == FaultMessage }
 //   - anything else, including a handler's io.EOF or net.Error from its
 //     own parsing or calls, is FaultMessage.
 //
-// Transport adapters decide with it through a Breaker, so that they cannot
+// Transport adapters decide with it through inboxtransport, so that they cannot
 // judge a failure differently.
 func Judge(err error) Fault {
 	if err == nil {

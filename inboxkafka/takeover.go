@@ -65,7 +65,8 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		cause := fmt.Errorf("inboxkafka: the consumer went down %d times in a row with this record first, and never got past it", crashes)
 		c.logger.ErrorContext(p.ctx, "inboxkafka: dead-lettering a record that crashes its consumer, without running its handler",
 			"topic", first.Topic, "partition", first.Partition, "offset", first.Offset, "crashes", crashes)
-		msg := message(first)
+		r := p.record(first)
+		msg := r.tr.Message
 		if id, err := c.client.Key(c.cfg.Key, msg); err == nil {
 			msg.ID = id
 			// The claim decides whether the record was applied after
@@ -86,11 +87,17 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 				return batch[1:], true
 			}
 		}
-		for !c.deadLetter(p, first, msg, cause, inbox.ReasonCrashedConsumer, crashes) {
-			if p.stopping() || !p.sleep(bo.next()) {
+		r.tr.Message = msg
+		for {
+			err := c.policy.DeadLetter(p.ctx, r, inbox.ReasonCrashedConsumer, cause, crashes)
+			if err == nil {
+				break
+			}
+			if !c.ledgerFailed(p, msg, "dead-letter a record that crashed its consumer", err, bo) {
 				return nil, false
 			}
 		}
+		c.report(Result{Record: first, ID: msg.ID, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true})
 		bo.reset()
 		c.mark(p, first)
 		c.commitNow(p)
@@ -142,7 +149,7 @@ func (c *Consumer[TTx]) ledgerFailed(p *partition, msg inbox.Message, what strin
 			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 		return p.sleep(bo.next())
 	}
-	c.breaker.Decide(p.ctx, msg, err, 0, 0)
+	c.policy.Breaker().Decide(p.ctx, msg, err, 0, 0)
 	c.logger.DebugContext(p.ctx, "inboxkafka: could not "+what+"; trying again after a backoff",
 		"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 	return p.sleep(bo.next())

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // ErrClosed is returned by Run when the NATS connection under it was
@@ -50,17 +51,13 @@ type Consumer[TTx any] struct {
 	beat             time.Duration
 
 	// breaker judges failures and keeps the consumer's outage and streak.
-	breaker *inbox.Breaker
-	// excused counts, per stream message, the deliveries that were not
-	// attempts, which NumDelivered includes.
-	excused *deliveryCounts
+	breaker *inboxtransport.Breaker
+	// policy keys, processes, judges and dead-letters what is fetched,
+	// and counts each message's deliveries that were not attempts, which
+	// NumDelivered includes. Run makes it, with maxDeliver.
+	policy *inboxtransport.Policy[TTx, *delivery]
 
 	running atomic.Bool
-
-	// pauseMu guards the pause after the store was found unavailable.
-	pauseMu     sync.Mutex
-	pauseUntil  time.Time
-	pauseLength time.Duration
 }
 
 // New returns a consumer of the JetStream pull consumer config.Durable on
@@ -95,14 +92,13 @@ func New[TTx any](js jetstream.JetStream, client *inbox.Client[TTx], handler inb
 		config:  cfg,
 		logger:  logger,
 		leases:  newLeases(),
-		breaker: client.NewBreaker(cfg.Consumer, logger),
-		excused: newDeliveryCounts(maxExcused),
+		breaker: inboxtransport.NewBreaker(cfg.Consumer, client.Config(), logger),
 	}, nil
 }
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.breaker }
 
 // Config returns the consumer's configuration with defaults applied, except
 // those that Run takes from the JetStream consumer's configuration
@@ -140,6 +136,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	}
 	c.maxDeliver, c.beat = cfg.MaxDeliver, cfg.Heartbeat
 	c.serverMaxDeliver = max(cons.CachedInfo().Config.MaxDeliver, 0)
+	if c.policy, err = c.newPolicy(); err != nil {
+		return err
+	}
 	if mp := cons.CachedInfo().Config.MaxAckPending; mp > 0 && mp < cfg.Workers*cfg.Batch {
 		c.logger.WarnContext(ctx, "inboxnats: the JetStream consumer's MaxAckPending is below Workers × Batch: fetches will come back short",
 			"stream", cfg.Stream, "durable", cfg.Durable, "max_ack_pending", mp, "workers", cfg.Workers, "batch", cfg.Batch)
@@ -219,7 +218,7 @@ func (c *Consumer[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) 
 func (c *Consumer[TTx]) work(ctx, workCtx context.Context, cons jetstream.Consumer) (closed bool) {
 	backoff := fetchErrorBackoff
 	for {
-		c.waitPause(ctx)
+		c.policy.Wait(ctx)
 		if ctx.Err() != nil {
 			return false
 		}
@@ -268,35 +267,6 @@ func (c *Consumer[TTx]) fetch(ctx context.Context, cons jetstream.Consumer) ([]*
 		err = nil
 	}
 	return ds, err
-}
-
-// pauseFor pauses fetching after the store was found unavailable, for
-// RetryBackoff, doubling while it stays unavailable. ok resets it.
-func (c *Consumer[TTx]) pauseFor(unavailable bool) {
-	c.pauseMu.Lock()
-	defer c.pauseMu.Unlock()
-	if !unavailable {
-		c.pauseLength = 0
-		return
-	}
-	if c.pauseLength == 0 {
-		c.pauseLength = c.config.RetryBackoff
-	} else {
-		c.pauseLength = min(c.pauseLength*2, c.config.MaxRetryBackoff)
-	}
-	c.pauseUntil = time.Now().Add(c.pauseLength)
-}
-
-// waitPause waits out a pause after the store was unavailable, and the
-// streak breaker's pause.
-func (c *Consumer[TTx]) waitPause(ctx context.Context) {
-	c.pauseMu.Lock()
-	d := time.Until(c.pauseUntil)
-	c.pauseMu.Unlock()
-	d = max(d, c.breaker.Paused())
-	if d > 0 {
-		sleep(ctx, d)
-	}
 }
 
 // sleep waits for d or until ctx is done.

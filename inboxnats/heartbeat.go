@@ -74,6 +74,6 @@ func (c *Consumer[TTx]) inProgress(ctx context.Context, d *delivery) {
 		// Disconnected: the message comes back when its AckWait runs out,
 		// and the inbox skips it or waits for this delivery's claim.
 		c.logger.WarnContext(ctx, "inboxnats: heartbeat failed: the message may be delivered again",
-			"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "err", err)
+			"stream", c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 	}
 }

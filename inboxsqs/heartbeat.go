@@ -103,10 +103,10 @@ func (c *Consumer[TTx]) extend(ctx context.Context, d *delivery) {
 		// delivery a skip or waits for this one's claim.
 		d.lost = true
 		c.logger.WarnContext(ctx, "inboxsqs: lost a message's visibility: it may be delivered again",
-			"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "err", err)
+			"queue", c.config.QueueURL, "message_id", d.tr.Message.Source.BrokerID, "err", err)
 	default:
 		c.logger.WarnContext(ctx, "inboxsqs: heartbeat failed", "queue", c.config.QueueURL,
-			"message_id", d.msg.Source.BrokerID, "err", err)
+			"message_id", d.tr.Message.Source.BrokerID, "err", err)
 	}
 }
 
@@ -131,4 +131,11 @@ func notInFlight(err error) bool {
 // seconds converts d, whole seconds, to the int32 the SQS API takes.
 func seconds(d time.Duration) int32 {
 	return int32(d / time.Second)
+}
+
+// ceilSeconds rounds d up to whole seconds, at least one: SQS counts
+// visibility in seconds, and 0 would make a message visible at once.
+func ceilSeconds(d time.Duration) time.Duration {
+	s := (d + time.Second - 1) / time.Second
+	return max(s, 1) * time.Second
 }
