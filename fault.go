@@ -28,8 +28,7 @@ const (
 	StageDeadLetter
 	// StageLedger is a read or write of one of the inbox's ledgers: the
 	// effects ledger, by Client.Effect from inside a handler, and the
-	// takeover ledger (Client.RecordTakeover, StartTakeover,
-	// TakeoverDone), by a transport adapter.
+	// takeover ledger (inboxtransport.Ledger), by a transport adapter.
 	StageLedger
 )
 

@@ -29,6 +29,8 @@ type Consumer[TTx any] struct {
 	// counts their attempts; its breaker keeps the consumer's outage and
 	// streak.
 	policy *inboxtransport.Policy[TTx, *record]
+	// ledger is the takeover ledger (see takeover.go).
+	ledger *inboxtransport.Ledger
 
 	startMu sync.Mutex
 	started bool
@@ -122,6 +124,9 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 		DeadLetter:      c.deadLetter,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if c.ledger, err = inboxtransport.NewLedger(client, cfg.Consumer); err != nil {
 		return nil, err
 	}
 	if err := b.attach(c); err != nil {

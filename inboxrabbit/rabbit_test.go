@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -273,7 +274,8 @@ func TestPoisonIsDeadLetteredAndRejected(t *testing.T) {
 	eventually(t, "the good ones applied", func() bool { return h.effectCount(good) == 1 && h.effectCount(good2) == 1 })
 	r.stop()
 	require.Equal(t, 0, h.ready(q), "nothing left in the queue")
-	require.Equal(t, []int{1, 6}, h.effectOrder(), "only the good ones applied")
+	// Not Ordered: the batch split around the poison decides the order.
+	require.Equal(t, []int{1, 6}, slices.Sorted(slices.Values(h.effectOrder())), "only the good ones applied")
 
 	dls, err := h.client.DeadLetters(context.Background(), "billing", 100)
 	require.NoError(t, err)

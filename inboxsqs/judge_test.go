@@ -17,7 +17,7 @@ import (
 )
 
 // A custom KeyFunc's plain error is the message's: dead-lettered at once as
-// malformed_id, as inboxkafka does.
+// malformed_id with no attempt, as on every transport.
 func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	h := newHarness(t)
 	q := h.createQueue("keyfunc", false)
@@ -40,6 +40,7 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, inbox.ReasonMalformedID, ds[0].Reason)
+	require.Equal(t, 0, ds[0].Attempts, "its handler never ran")
 	require.Contains(t, ds[0].Error, "encrypted with a key we lost")
 }
 
