@@ -148,28 +148,12 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	fetchCtx, stopFetching := context.WithCancel(ctx)
 	defer stopFetching()
 	var closed atomic.Bool
-	// workCtx carries ctx's values (fault hooks, trace context) but
-	// outlives it by ShutdownTimeout, so that work in progress can finish.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	workersDone := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		select {
-		case <-workersDone:
-			return
-		case <-fetchCtx.Done():
-		}
-		grace := time.NewTimer(c.config.ShutdownTimeout)
-		defer grace.Stop()
-		select {
-		case <-workersDone:
-		case <-grace.C:
-			cancelWork()
-		}
-	})
+	// Work in progress gets ShutdownTimeout to finish.
+	workCtx, finish := inboxtransport.WorkContext(fetchCtx, c.config.ShutdownTimeout)
+	defer finish()
 	hbCtx, stopHeartbeat := context.WithCancel(workCtx)
-	bg.Go(func() { c.heartbeat(hbCtx) })
+	var hb sync.WaitGroup
+	hb.Go(func() { c.heartbeat(hbCtx) })
 
 	var wg sync.WaitGroup
 	for range c.config.Workers {
@@ -181,9 +165,8 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	close(workersDone)
 	stopHeartbeat()
-	bg.Wait()
+	hb.Wait()
 	if closed.Load() {
 		return ErrClosed
 	}
@@ -208,7 +191,7 @@ func (c *Consumer[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) 
 		}
 		c.logger.WarnContext(ctx, "inboxnats: could not look the JetStream consumer up; trying again",
 			"stream", c.config.Stream, "durable", c.config.Durable, "backoff", backoff, "err", err)
-		sleep(ctx, backoff)
+		inboxtransport.Sleep(ctx, backoff)
 		backoff = min(backoff*2, maxFetchErrorBackoff)
 	}
 }
@@ -224,7 +207,7 @@ func (c *Consumer[TTx]) work(ctx, workCtx context.Context, cons jetstream.Consum
 		}
 		ds, err := c.fetch(ctx, cons)
 		if len(ds) > 0 {
-			c.leases.add(ds...)
+			c.leases.Add(ds...)
 			if ctx.Err() != nil {
 				// Fetched as the consumer stopped: let them go.
 				c.release(workCtx, ds)
@@ -242,7 +225,7 @@ func (c *Consumer[TTx]) work(ctx, workCtx context.Context, cons jetstream.Consum
 		default:
 			c.logger.WarnContext(ctx, "inboxnats: fetch failed", "stream", c.config.Stream, "durable", c.config.Durable,
 				"backoff", backoff, "err", err)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 			backoff = min(backoff*2, maxFetchErrorBackoff)
 		}
 	}
@@ -267,14 +250,4 @@ func (c *Consumer[TTx]) fetch(ctx context.Context, cons jetstream.Consumer) ([]*
 		err = nil
 	}
 	return ds, err
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

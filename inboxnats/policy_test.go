@@ -3,7 +3,6 @@ package inboxnats_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -12,42 +11,11 @@ import (
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/txcount"
 )
 
-// txCounter is an Observer that sums its TxEvents.
-type txCounter struct {
-	mu sync.Mutex
-	n  txTally
-}
-
-type txTally struct {
-	txs, msgs, duplicates, redelivered, repub int
-	maxMsgs                                   int
-}
-
-func (o *txCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
-	return ctx
-}
-func (o *txCounter) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *txCounter) TxEnd(_ context.Context, e *inbox.TxEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.n.txs++
-	o.n.msgs += e.Messages
-	o.n.maxMsgs = max(o.n.maxMsgs, e.Messages)
-	o.n.duplicates += e.Duplicates
-	o.n.redelivered += e.Redelivered
-	o.n.repub += e.Republished
-}
-
-func (o *txCounter) get() txTally {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.n
-}
-
-func (h *harness) observe(t *testing.T) *txCounter {
-	obs := &txCounter{}
+func (h *harness) observe(t *testing.T) *txcount.Observer {
+	obs := &txcount.Observer{}
 	var err error
 	h.client, err = inbox.NewClient(h.client.Driver(), &inbox.Config{Observer: obs})
 	require.NoError(t, err)
@@ -74,16 +42,16 @@ func TestDuplicateReasons(t *testing.T) {
 	requireStoppedAfterCrash(t, first.stop())
 
 	h.start(h.config(durable), h.effectHandler(&calls), nil)
-	eventually(t, "the redelivery", func() bool { return obs.get().duplicates == 1 })
-	got := obs.get()
-	require.Equal(t, 1, got.redelivered, "%+v", got)
-	require.Zero(t, got.repub, "%+v", got)
+	eventually(t, "the redelivery", func() bool { return obs.Get().Duplicates == 1 })
+	got := obs.Get()
+	require.Equal(t, 1, got.Redelivered, "%+v", got)
+	require.Zero(t, got.Republished, "%+v", got)
 
 	h.publish(id, event{N: 1})
-	eventually(t, "the republish", func() bool { return obs.get().duplicates == 2 })
-	got = obs.get()
-	require.Equal(t, 1, got.redelivered, "%+v", got)
-	require.Equal(t, 1, got.repub, "%+v", got)
+	eventually(t, "the republish", func() bool { return obs.Get().Duplicates == 2 })
+	got = obs.Get()
+	require.Equal(t, 1, got.Redelivered, "%+v", got)
+	require.Equal(t, 1, got.Republished, "%+v", got)
 	require.Equal(t, int32(1), calls.Load())
 	require.Equal(t, 1, h.effectCount(id))
 }

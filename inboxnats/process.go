@@ -135,7 +135,7 @@ func (c *Consumer[TTx]) release(ctx context.Context, ds []*delivery) {
 // settle marks d settled and stops its heartbeat. It reports whether d was
 // still unsettled.
 func (c *Consumer[TTx]) settle(d *delivery) bool {
-	c.leases.remove(d)
+	c.leases.Remove(d)
 	return d.settle()
 }
 

@@ -113,30 +113,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	// workCtx carries ctx's values (fault hooks, trace context) but
-	// outlives it by ShutdownTimeout, so that work in progress can finish.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	runDone := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		select {
-		case <-runDone:
-			return
-		case <-ctx.Done():
-		}
-		grace := time.NewTimer(c.config.ShutdownTimeout)
-		defer grace.Stop()
-		select {
-		case <-runDone:
-		case <-grace.C:
-			cancelWork()
-		}
-	})
-	defer func() {
-		close(runDone)
-		bg.Wait()
-	}()
+	// Work in progress gets ShutdownTimeout to finish.
+	workCtx, finish := inboxtransport.WorkContext(ctx, c.config.ShutdownTimeout)
+	defer finish()
 
 	backoff := c.config.ReconnectBackoff
 	for ctx.Err() == nil {
@@ -147,7 +126,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			}
 			c.logger.WarnContext(ctx, "inboxrabbit: could not start consuming; trying again",
 				"queue", c.config.Queue, "backoff", backoff, "err", err)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 			backoff = min(backoff*2, c.config.MaxReconnectBackoff)
 			continue
 		}
@@ -156,7 +135,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		s.close()
 		if ctx.Err() == nil {
 			c.logger.InfoContext(ctx, "inboxrabbit: reconnecting", "queue", c.config.Queue, "backoff", backoff)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 		}
 	}
 	return nil
@@ -234,14 +213,4 @@ func (c *Consumer[TTx]) take(ctx context.Context, s *session) []*delivery {
 		}
 	}
 	return ds
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -13,42 +13,11 @@ import (
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/txcount"
 )
 
-// txCounter is an Observer that sums its TxEvents.
-type txCounter struct {
-	mu sync.Mutex
-	n  txTally
-}
-
-type txTally struct {
-	txs, msgs, duplicates, redelivered, repub int
-	maxMsgs                                   int
-}
-
-func (o *txCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
-	return ctx
-}
-func (o *txCounter) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *txCounter) TxEnd(_ context.Context, e *inbox.TxEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.n.txs++
-	o.n.msgs += e.Messages
-	o.n.maxMsgs = max(o.n.maxMsgs, e.Messages)
-	o.n.duplicates += e.Duplicates
-	o.n.redelivered += e.Redelivered
-	o.n.repub += e.Republished
-}
-
-func (o *txCounter) get() txTally {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.n
-}
-
-func (h *harness) observe(t *testing.T) *txCounter {
-	obs := &txCounter{}
+func (h *harness) observe(t *testing.T) *txcount.Observer {
+	obs := &txcount.Observer{}
 	var err error
 	h.client, err = inbox.NewClient(h.client.Driver(), &inbox.Config{Observer: obs})
 	require.NoError(t, err)
@@ -76,17 +45,17 @@ func TestDuplicateReasons(t *testing.T) {
 	first.stop()
 
 	second := h.start(h.config(q), h.effectHandler(&calls), nil)
-	eventually(t, "the redelivery", func() bool { return obs.get().duplicates == 1 })
-	got := obs.get()
-	require.Equal(t, 1, got.redelivered, "%+v", got)
-	require.Zero(t, got.repub, "%+v", got)
+	eventually(t, "the redelivery", func() bool { return obs.Get().Duplicates == 1 })
+	got := obs.Get()
+	require.Equal(t, 1, got.Redelivered, "%+v", got)
+	require.Zero(t, got.Republished, "%+v", got)
 
 	h.publish(q, id, event{N: 1})
-	eventually(t, "the republish", func() bool { return obs.get().duplicates == 2 })
+	eventually(t, "the republish", func() bool { return obs.Get().Duplicates == 2 })
 	second.stop()
-	got = obs.get()
-	require.Equal(t, 1, got.redelivered, "%+v", got)
-	require.Equal(t, 1, got.repub, "%+v", got)
+	got = obs.Get()
+	require.Equal(t, 1, got.Redelivered, "%+v", got)
+	require.Equal(t, 1, got.Republished, "%+v", got)
 	require.Equal(t, int32(1), calls.Load())
 	require.Equal(t, 1, h.effectCount(id))
 }
@@ -151,10 +120,10 @@ func TestBatchFillsFromPrefetch(t *testing.T) {
 		return effect.Handle(ctx, tx, msg)
 	})
 	r := h.start(cfg, handler, nil)
-	eventually(t, "every message applied", func() bool { return obs.get().msgs >= n })
+	eventually(t, "every message applied", func() bool { return obs.Get().Messages >= n })
 	r.stop()
-	got := obs.get()
-	require.Greater(t, got.maxMsgs, 1, "a batch holds what was prefetched: %+v", got)
-	require.LessOrEqual(t, got.maxMsgs, cfg.Batch, "%+v", got)
-	t.Logf("%d messages in %d transactions, at most %d in one", got.msgs, got.txs, got.maxMsgs)
+	got := obs.Get()
+	require.Greater(t, got.MaxMessages, 1, "a batch holds what was prefetched: %+v", got)
+	require.LessOrEqual(t, got.MaxMessages, cfg.Batch, "%+v", got)
+	t.Logf("%d messages in %d transactions, at most %d in one", got.Messages, got.Txs, got.MaxMessages)
 }

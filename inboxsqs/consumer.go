@@ -137,37 +137,20 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	// workCtx carries ctx's values (fault hooks, trace context) but
-	// outlives it by ShutdownTimeout, so that work in progress can finish.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	workersDone := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		select {
-		case <-workersDone:
-			return
-		case <-ctx.Done():
-		}
-		grace := time.NewTimer(c.config.ShutdownTimeout)
-		defer grace.Stop()
-		select {
-		case <-workersDone:
-		case <-grace.C:
-			cancelWork()
-		}
-	})
+	// Work in progress gets ShutdownTimeout to finish.
+	workCtx, finish := inboxtransport.WorkContext(ctx, c.config.ShutdownTimeout)
+	defer finish()
 	hbCtx, stopHeartbeat := context.WithCancel(workCtx)
-	bg.Go(func() { c.heartbeat(hbCtx) })
+	var hb sync.WaitGroup
+	hb.Go(func() { c.heartbeat(hbCtx) })
 
 	if c.fifo {
 		c.runFIFO(ctx, workCtx)
 	} else {
 		c.runStandard(ctx, workCtx)
 	}
-	close(workersDone)
 	stopHeartbeat()
-	bg.Wait()
+	hb.Wait()
 	return nil
 }
 
@@ -242,13 +225,13 @@ func (c *Consumer[TTx]) poll(ctx context.Context, want func() int, got func([]*d
 			return
 		case err != nil:
 			c.logger.WarnContext(ctx, "inboxsqs: receive failed", "queue", c.config.QueueURL, "backoff", backoff, "err", err)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 			backoff = min(backoff*2, maxReceiveErrorBackoff)
 			continue
 		}
 		backoff = receiveErrorBackoff
 		if len(ds) > 0 {
-			c.leases.add(ds...)
+			c.leases.Add(ds...)
 			got(ds)
 		}
 	}
@@ -278,14 +261,4 @@ func (c *Consumer[TTx]) receive(ctx context.Context, n int) ([]*delivery, error)
 		ds = append(ds, newDelivery(c.config.QueueURL, m, start))
 	}
 	return ds, nil
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // leases holds the deliveries a consumer has received and not yet settled,
@@ -17,34 +17,16 @@ import (
 // that was last extended HeartbeatInterval ago, whether its handler is
 // running or it waits for its group.
 type leases struct {
-	mu   sync.Mutex
-	held map[*delivery]struct{}
+	inboxtransport.Held[*delivery]
 }
 
-func newLeases() *leases {
-	return &leases{held: make(map[*delivery]struct{})}
-}
-
-func (l *leases) add(ds ...*delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, d := range ds {
-		l.held[d] = struct{}{}
-	}
-}
-
-func (l *leases) remove(d *delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.held, d)
-}
+func newLeases() *leases { return &leases{} }
 
 // due returns the held deliveries last extended at or before cutoff.
 func (l *leases) due(cutoff time.Time) []*delivery {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []*delivery
-	for d := range l.held {
+	held := l.All()
+	out := held[:0]
+	for _, d := range held {
 		d.mu.Lock()
 		if !d.settled && !d.lost && !d.extended.After(cutoff) {
 			out = append(out, d)

@@ -1,8 +1,6 @@
 package inboxsqs_test
 
 import (
-	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -10,42 +8,11 @@ import (
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/txcount"
 )
 
-// txCounter is an Observer that sums its TxEvents.
-type txCounter struct {
-	mu sync.Mutex
-	n  txTally
-}
-
-type txTally struct {
-	txs, msgs, duplicates, redelivered, repub int
-	maxMsgs                                   int
-}
-
-func (o *txCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
-	return ctx
-}
-func (o *txCounter) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *txCounter) TxEnd(_ context.Context, e *inbox.TxEvent) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.n.txs++
-	o.n.msgs += e.Messages
-	o.n.maxMsgs = max(o.n.maxMsgs, e.Messages)
-	o.n.duplicates += e.Duplicates
-	o.n.redelivered += e.Redelivered
-	o.n.repub += e.Republished
-}
-
-func (o *txCounter) get() txTally {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.n
-}
-
-func (h *harness) observe(t *testing.T) *txCounter {
-	obs := &txCounter{}
+func (h *harness) observe(t *testing.T) *txcount.Observer {
+	obs := &txcount.Observer{}
 	var err error
 	h.client, err = inbox.NewClient(h.client.Driver(), &inbox.Config{Observer: obs})
 	require.NoError(t, err)
@@ -73,17 +40,17 @@ func TestDuplicateReasons(t *testing.T) {
 
 	h.start(h.config(q), h.effectHandler(&calls), nil)
 	h.waitDeleted(mid)
-	got := obs.get()
-	require.Equal(t, 1, got.duplicates, "%+v", got)
-	require.Equal(t, 1, got.redelivered, "%+v", got)
-	require.Zero(t, got.repub, "%+v", got)
+	got := obs.Get()
+	require.Equal(t, 1, got.Duplicates, "%+v", got)
+	require.Equal(t, 1, got.Redelivered, "%+v", got)
+	require.Zero(t, got.Republished, "%+v", got)
 
 	again := h.send(q, event{EventID: id}.body(), "")
 	h.waitDeleted(again)
-	got = obs.get()
-	require.Equal(t, 2, got.duplicates, "%+v", got)
-	require.Equal(t, 1, got.redelivered, "%+v", got)
-	require.Equal(t, 1, got.repub, "%+v", got)
+	got = obs.Get()
+	require.Equal(t, 2, got.Duplicates, "%+v", got)
+	require.Equal(t, 1, got.Redelivered, "%+v", got)
+	require.Equal(t, 1, got.Republished, "%+v", got)
 	require.Equal(t, int32(1), calls.Load())
 	require.Equal(t, 1, h.effectCount(id))
 }

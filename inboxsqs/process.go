@@ -118,7 +118,7 @@ func (c *Consumer[TTx]) delete(ctx context.Context, ds []*delivery) {
 		if !d.settle() {
 			continue
 		}
-		c.leases.remove(d)
+		c.leases.Remove(d)
 		id := strconv.Itoa(i)
 		byID[id] = d
 		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(id), ReceiptHandle: aws.String(d.handle)})
@@ -161,7 +161,7 @@ func (c *Consumer[TTx]) handBack(ctx context.Context, ds []*delivery, wait time.
 		if !d.settle() {
 			continue
 		}
-		c.leases.remove(d)
+		c.leases.Remove(d)
 		sctx, cancel := settleContext(ctx)
 		_, err := c.api.ChangeMessageVisibility(sctx, &sqs.ChangeMessageVisibilityInput{
 			QueueUrl:          aws.String(c.config.QueueURL),
