@@ -15,9 +15,9 @@ import (
 // once the goroutine that watches stop has ended.
 func WorkContext(stop context.Context, grace time.Duration) (work context.Context, finish func()) {
 	work, cancel := context.WithCancel(context.WithoutCancel(stop))
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
 		select {
 		case <-done:
 			return
@@ -30,12 +30,12 @@ func WorkContext(stop context.Context, grace time.Duration) (work context.Contex
 		case <-t.C:
 			cancel()
 		}
-	})
+	}()
 	var once sync.Once
 	return work, func() {
 		once.Do(func() {
 			close(done)
-			wg.Wait()
+			<-watched
 			cancel()
 		})
 	}
