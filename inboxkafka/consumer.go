@@ -122,6 +122,8 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 		Name:            "inboxkafka",
 		Logger:          logger,
 		DeadLetter:      c.deadLetter,
+		// A revoked partition's records go to the next owner.
+		AbandonOnCancel: true,
 	})
 	if err != nil {
 		return nil, err

@@ -131,6 +131,12 @@ type Config[TTx any, D Carrier] struct {
 	// Name prefixes the policy's logs and errors, such as "inboxsqs".
 	Name   string
 	Logger *slog.Logger
+	// AbandonOnCancel stops a dead-letter write when the processing
+	// context is cancelled, for a transport that hands the message to
+	// another owner when it cancels (a revoked Kafka partition). By
+	// default the write outlives the cancellation, bounded, so that a
+	// consumer shutting down settles what it processed.
+	AbandonOnCancel bool
 	// Breaker is the breaker to judge failures with, when the transport
 	// keeps one across policies. Defaults to a new one, of Client's
 	// Config, logging to Logger.
@@ -278,13 +284,18 @@ func (p *Policy[TTx, D]) Process(ctx context.Context, ds []D, ordered bool) []Se
 				attempts = 0 // the handler never ran
 			}
 			if derr := p.DeadLetter(ctx, d, dec.Reason, err, attempts); derr != nil {
+				p.counts.excuse(track)
+				if p.cfg.AbandonOnCancel && ctx.Err() != nil {
+					// Abandoned: the failure is the cancellation's.
+					s.Verdict, s.Err = Release, derr
+					break
+				}
 				// The store's failure, logged once per outage by the
 				// breaker.
 				dd := p.breaker.Decide(ctx, dl.Message, derr, 0, 0)
 				p.logger.DebugContext(ctx, p.cfg.Name+": could not dead-letter a message; it will be retried",
 					"source", dl.Message.Source.String(), "reason", dec.Reason, "err", derr)
 				unavailable = unavailable || dd.Fault == inbox.FaultStore || dd.Fault == inbox.FaultSystemic
-				p.counts.excuse(track)
 				s.Verdict, s.Err, s.Fault, s.Delay = Retry, derr, dd.Fault, p.delay(dl)
 				break
 			}
@@ -337,7 +348,10 @@ func (p *Policy[TTx, D]) judge(ctx context.Context, msg inbox.Message, err error
 // for a dead letter it decides itself, such as a message that crashed its
 // consumer; Process calls it for the rest.
 func (p *Policy[TTx, D]) DeadLetter(ctx context.Context, d D, reason string, cause error, attempts int) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	if !p.cfg.AbandonOnCancel {
+		ctx = context.WithoutCancel(ctx)
+	}
+	sctx, cancel := context.WithTimeout(ctx, settleTimeout)
 	defer cancel()
 	params := &inbox.DeadLetterParams{
 		Consumer: p.cfg.Consumer,
