@@ -99,9 +99,22 @@ func (l *Ledger) params(source string, position int64) *inboxdriver.TakeoverPara
 	return &inboxdriver.TakeoverParams{Consumer: l.consumer, Source: source, Position: position}
 }
 
+// failed tags err, the store's, with its sentinel (as the client does)
+// and StageLedger.
 func (l *Ledger) failed(what, source string, err error) error {
-	if l.store.Classify(err) == inboxdriver.ClassUnavailable && !errors.Is(err, inbox.ErrUnavailable) {
-		err = fmt.Errorf("%w: %w", inbox.ErrUnavailable, err)
+	var sentinel error
+	switch l.store.Classify(err) {
+	case inboxdriver.ClassUnavailable:
+		sentinel = inbox.ErrUnavailable
+	case inboxdriver.ClassDenied:
+		sentinel = inbox.ErrPermissionDenied
+	case inboxdriver.ClassLockTimeout:
+		sentinel = inbox.ErrLockTimeout
+	case inboxdriver.ClassConflict:
+		sentinel = inbox.ErrConflict
+	}
+	if sentinel != nil && !errors.Is(err, sentinel) {
+		err = fmt.Errorf("%w: %w", sentinel, err)
 	}
 	return &inbox.StageError{Stage: inbox.StageLedger, Err: fmt.Errorf("inbox: %s %s by %s: %w", what, source, l.consumer, err)}
 }
