@@ -96,9 +96,10 @@ type Config struct {
 
 	// StreakLimit is how many distinct messages of one consumer in a row
 	// may fail with the same class of error before a transport adapter's
-	// Breaker decides that the cause is not the messages: it stops counting
+	// breaker decides that the cause is not the messages: it stops counting
 	// attempts, so that it dead-letters none of them, pauses the consumer
-	// for StreakPause, and probes (see Breaker). A success closes it. Keep
+	// for StreakPause, and probes (see inboxtransport.Breaker). A success
+	// closes it. Keep
 	// it small: up to StreakLimit - 1 healthy messages can use up their
 	// attempts before it opens. Negative disables the breaker. Defaults to
 	// DefaultStreakLimit (5).
@@ -110,7 +111,8 @@ type Config struct {
 	StreakPause time.Duration
 
 	// Observer, if set, is told about every transaction and dead letter,
-	// for metrics and tracing; when it is also a BreakerObserver, about the
+	// for metrics and tracing; when it is also an
+	// inboxtransport.BreakerObserver, about the
 	// pauses of transport adapters' consumers too. Defaults to nil, which
 	// observes nothing.
 	Observer Observer

@@ -70,8 +70,8 @@
 // the handler marked it [Unavailable]; a handler's own io.EOF is the
 // message's. The errors the client returns carry the [Stage] they failed
 // at ([StageError]), and [Judge] applies the rule. Transport adapters share
-// it through a [Breaker], which also pauses a consumer when
-// [Config.StreakLimit] distinct messages in a row fail alike.
+// it through package inboxtransport, whose breaker also pauses a consumer
+// when [Config.StreakLimit] distinct messages in a row fail alike.
 //
 // # Retention
 //

@@ -28,8 +28,7 @@ const (
 	StageDeadLetter
 	// StageLedger is a read or write of one of the inbox's ledgers: the
 	// effects ledger, by Client.Effect from inside a handler, and the
-	// takeover ledger (Client.RecordTakeover, StartTakeover,
-	// TakeoverDone), by a transport adapter.
+	// takeover ledger (inboxtransport.Ledger), by a transport adapter.
 	StageLedger
 )
 
@@ -186,7 +185,7 @@ func (f Fault) Attempt() bool { return f == FaultMessage }
 //   - anything else, including a handler's io.EOF or net.Error from its
 //     own parsing or calls, is FaultMessage.
 //
-// Transport adapters decide with it through a Breaker, so that they cannot
+// Transport adapters decide with it through inboxtransport, so that they cannot
 // judge a failure differently.
 func Judge(err error) Fault {
 	if err == nil {

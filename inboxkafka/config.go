@@ -64,7 +64,8 @@ type Config struct {
 	// (begin, claim, commit, dead-letter write, whatever its code), of the
 	// handler's connection, one the handler marked inbox.Unavailable, a
 	// lock timeout behind another delivery of the same id, and any
-	// failure while the streak breaker is open (inbox.Breaker) are not.
+	// failure while the streak breaker is open (inboxtransport.Breaker)
+	// are not.
 	// Defaults to DefaultMaxAttempts (10).
 	MaxAttempts int
 
@@ -76,7 +77,7 @@ type Config struct {
 	// process first, and clears that only when it stops cleanly; once the
 	// same record has been the first after MaxCrashes takeovers in a row
 	// that found the owner before gone down, it is dead-lettered with
-	// inbox.ReasonCrashedConsumer, without running its handler, and the
+	// inboxtransport.ReasonCrashedConsumer, without running its handler, and the
 	// partition moves on. After any crash the next owner processes
 	// 2×MaxBatch records one at a time, each offset committed at once, so
 	// that a crash is pinned to its record and the healthy records around

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // ErrClientClosed is returned by Run when the client was closed while the
@@ -24,8 +25,12 @@ type Consumer[TTx any] struct {
 	cfg     Config
 	logger  *slog.Logger
 	bind    *binding
-	// breaker judges failures and keeps the consumer's outage and streak.
-	breaker *inbox.Breaker
+	// policy keys, processes, judges and dead-letters the records, and
+	// counts their attempts; its breaker keeps the consumer's outage and
+	// streak.
+	policy *inboxtransport.Policy[TTx, *record]
+	// ledger is the takeover ledger (see takeover.go).
+	ledger *inboxtransport.Ledger
 
 	startMu sync.Mutex
 	started bool
@@ -103,9 +108,28 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 		cfg:       cfg,
 		logger:    logger,
 		bind:      b,
-		breaker:   client.NewBreaker(cfg.Consumer, logger),
 		parts:     make(map[topicPartition]*partition),
 		commitKey: make(chan struct{}, 1),
+	}
+	c.policy, err = inboxtransport.NewPolicy(inboxtransport.Config[TTx, *record]{
+		Client:          client,
+		Handler:         h,
+		Consumer:        cfg.Consumer,
+		Key:             cfg.Key,
+		MaxAttempts:     cfg.MaxAttempts,
+		RetryBackoff:    cfg.MinBackoff,
+		MaxRetryBackoff: cfg.MaxBackoff,
+		Name:            "inboxkafka",
+		Logger:          logger,
+		DeadLetter:      c.deadLetter,
+		// A revoked partition's records go to the next owner.
+		AbandonOnCancel: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.ledger, err = inboxtransport.NewLedger(client, cfg.Consumer); err != nil {
+		return nil, err
 	}
 	if err := b.attach(c); err != nil {
 		return nil, err
@@ -115,7 +139,7 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.policy.Breaker() }
 
 // Run polls records and processes them until ctx is done, then shuts down
 // gracefully and returns nil. It can be called once.

@@ -92,8 +92,8 @@
 // key, headers, payload, reason and attempts, and, with
 // Config.DeadLetterTopic, produces a copy to that topic.
 //
-// Whose fault a failure is decides, through the consumer's inbox.Breaker,
-// which every transport adapter shares (see inbox.Judge). A failure of the
+// Whose fault a failure is decides, through the delivery policy that every
+// transport adapter shares (package inboxtransport; see inbox.Judge). A failure of the
 // inbox's own work (begin, claim, commit, the dead-letter write, the
 // effects and takeover ledgers), whatever its code, a handler's failure
 // after which its transaction's connection was broken, and a failure the
@@ -115,7 +115,7 @@
 // one write when it takes a partition, one when it stops cleanly, none per
 // record. After Config.MaxCrashes takeovers in a row that found the record
 // first and the owner before gone down, the record is dead-lettered with
-// inbox.ReasonCrashedConsumer, without running its handler, its attempts
+// inboxtransport.ReasonCrashedConsumer, without running its handler, its attempts
 // being the crash count, and the partition moves on. After any crash the
 // next owner processes 2×MaxBatch records one at a time, so that the crash
 // is pinned to its record and the records around it are applied. Replaying

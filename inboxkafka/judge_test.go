@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -46,7 +47,7 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 // breakerObserver records the pauses a client's breakers report.
 type breakerObserver struct {
 	mu              sync.Mutex
-	paused, resumed []inbox.PauseEvent
+	paused, resumed []inboxtransport.PauseEvent
 }
 
 func (o *breakerObserver) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
@@ -54,12 +55,12 @@ func (o *breakerObserver) TxStart(ctx context.Context, _ string, _ []inbox.Messa
 }
 func (o *breakerObserver) TxEnd(context.Context, *inbox.TxEvent)                {}
 func (o *breakerObserver) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *breakerObserver) Paused(_ context.Context, e *inbox.PauseEvent) {
+func (o *breakerObserver) Paused(_ context.Context, e *inboxtransport.PauseEvent) {
 	o.mu.Lock()
 	o.paused = append(o.paused, *e)
 	o.mu.Unlock()
 }
-func (o *breakerObserver) Resumed(_ context.Context, e *inbox.PauseEvent) {
+func (o *breakerObserver) Resumed(_ context.Context, e *inboxtransport.PauseEvent) {
 	o.mu.Lock()
 	o.resumed = append(o.resumed, *e)
 	o.mu.Unlock()
@@ -70,7 +71,7 @@ func (o *breakerObserver) streakPauses() int {
 	defer o.mu.Unlock()
 	n := 0
 	for _, e := range o.paused {
-		if e.Cause == inbox.PauseStreak {
+		if e.Cause == inboxtransport.PauseStreak {
 			n++
 		}
 	}

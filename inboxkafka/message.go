@@ -4,6 +4,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // Transport is the inbox.Source.Transport of the messages of this package.
@@ -31,3 +32,13 @@ func message(r *kgo.Record) inbox.Message {
 		},
 	}
 }
+
+// record is a record as the consumer holds it, with its message as the
+// delivery policy sees it.
+type record struct {
+	rec *kgo.Record
+	tr  inboxtransport.Delivery
+}
+
+// Delivery returns the record as the policy sees it.
+func (r *record) Delivery() *inboxtransport.Delivery { return &r.tr }

@@ -2,13 +2,14 @@ package inboxkafka
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
@@ -39,9 +40,15 @@ type partition struct {
 	next      kgo.EpochOffset
 	committed int64
 
-	// attempts counts the retryable failures of records, by offset. Only
-	// the worker touches it.
-	attempts map[int64]int
+	// fetched reports that records were enqueued, and firstFetch is the
+	// last offset of the first fetch after the assignment: those records
+	// may have been delivered to the partition's previous owner. Guarded
+	// by qmu.
+	fetched    bool
+	firstFetch int64
+	// track prefixes the names of the records in the policy's count of
+	// attempts, which are counted per assignment.
+	track string
 
 	// The takeover ledger's state, which only the worker touches:
 	// recorded is the position of the ledger's record for this
@@ -63,7 +70,7 @@ func newPartition(parent context.Context, tp topicPartition, gen uint64) *partit
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
-		attempts: make(map[int64]int),
+		track:    fmt.Sprintf("kafka:%s/%d#%d@", tp.topic, tp.partition, gen),
 		recorded: -1,
 		started:  -1,
 	}
@@ -94,6 +101,9 @@ func (p *partition) stopping() bool {
 // resumes reach the client in order.
 func (p *partition) enqueue(recs []*kgo.Record, limit int, pause func()) {
 	p.qmu.Lock()
+	if !p.fetched && len(recs) > 0 {
+		p.fetched, p.firstFetch = true, recs[len(recs)-1].Offset
+	}
 	p.queue = append(p.queue, recs...)
 	if !p.paused && len(p.queue) >= limit {
 		p.paused = true
@@ -174,7 +184,7 @@ func (c *Consumer[TTx]) work(p *partition) {
 		for len(batch) > 0 {
 			// While the streak breaker is open, every partition waits,
 			// before it takes the lock of the records run one at a time.
-			if d := c.breaker.Paused(); d > 0 && !p.sleep(d) {
+			if d := c.policy.Breaker().Paused(); d > 0 && !p.sleep(d) {
 				return
 			}
 			step := batch
@@ -211,38 +221,25 @@ func (c *Consumer[TTx]) work(p *partition) {
 	}
 }
 
-// attempt tries recs once, in order. It returns how many records from the
-// start are done (applied, duplicates, or dead-lettered) and whether to
-// back off before trying the rest. It marks the done records for commit.
+// redelivered reports whether the record at offset may have been
+// delivered before: it came in the first fetch after the assignment.
+func (p *partition) redelivered(offset int64) bool {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	return p.fetched && offset <= p.firstFetch
+}
+
+// attempt tries recs once, in order, through the delivery policy. It
+// returns how many records from the start are done (applied, duplicates,
+// or dead-lettered) and whether to back off before trying the rest. It
+// marks the done records for commit.
 func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wait bool) {
 	ctx := p.ctx
-	msgs := make([]inbox.Message, len(recs))
-	results := make([]inbox.BatchResult, len(recs))
-	keyed := make([]bool, len(recs))
-	batch := make([]inbox.Message, 0, len(recs))
-	at := make([]int, 0, len(recs))
+	rs := make([]*record, len(recs))
 	for i, r := range recs {
-		msgs[i] = message(r)
-		id, err := c.client.Key(c.cfg.Key, msgs[i])
-		if err != nil {
-			results[i].Err = err
-			continue
-		}
-		msgs[i].ID = id
-		keyed[i] = true
-		batch = append(batch, msgs[i])
-		at = append(at, i)
+		rs[i] = p.record(r)
 	}
-	if len(batch) > 0 {
-		rs, err := c.client.ProcessBatchOrdered(ctx, c.cfg.Consumer, batch, c.handler)
-		for k, i := range at {
-			if err != nil {
-				results[i].Err = err
-			} else {
-				results[i] = rs[k]
-			}
-		}
-	}
+	ss := c.policy.Process(ctx, rs, true)
 	defer func() {
 		if done > 0 {
 			// The records are in the database (or the dead-letter
@@ -251,55 +248,40 @@ func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wai
 			c.mark(p, recs[done-1])
 		}
 	}()
-	for i, r := range recs {
-		res := results[i]
-		if res.Err == nil {
-			n := p.attempts[r.Offset]
-			delete(p.attempts, r.Offset)
-			c.breaker.Succeeded(ctx)
-			c.report(Result{Record: r, ID: msgs[i].ID, Outcome: res.Outcome, Attempts: n})
-			done++
-			continue
-		}
-		if ctx.Err() != nil {
-			// Abandoned: the failure is the cancellation's, not the
-			// record's.
-			return done, false
-		}
-		if errors.Is(res.Err, inbox.ErrNotAttempted) {
-			// An earlier record failed and was dead-lettered just now:
-			// try the rest at once.
-			return done, false
-		}
-		n := p.attempts[r.Offset]
-		d := c.breaker.Decide(ctx, msgs[i], res.Err, n+1, c.cfg.MaxAttempts)
-		switch d.Action {
-		case inbox.ActionDeadLetter:
-			attempts := n + 1
-			if !keyed[i] {
-				attempts = 0 // never handled
+	for i, s := range ss {
+		r, id := recs[i], rs[i].tr.Message.ID
+		switch s.Verdict {
+		case inboxtransport.Ack:
+			c.report(Result{Record: r, ID: id, Outcome: s.Outcome, Attempts: s.Attempt - 1})
+		case inboxtransport.DeadLettered:
+			c.report(Result{Record: r, ID: id, Err: s.Err, Fault: s.Fault, Attempts: s.Attempt, DeadLettered: true})
+		case inboxtransport.Retry:
+			// The record's own failure, to try again after a backoff;
+			// or not the record's fault (the store's, a dependency's, a
+			// concurrent delivery's), or the streak breaker is open:
+			// not an attempt, never a reason to dead-letter.
+			n := s.Attempt
+			if !s.Attempted {
+				n--
 			}
-			if !c.deadLetter(p, r, msgs[i], res.Err, d.Reason, attempts) {
-				return done, true
-			}
-		case inbox.ActionRetry:
-			p.attempts[r.Offset] = n + 1
-			c.logger.DebugContext(ctx, "inboxkafka: record failed; trying again after a backoff",
-				"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "attempt", n+1, "err", res.Err)
-			c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Fault: d.Fault, Attempts: n + 1})
+			c.report(Result{Record: r, ID: id, Err: s.Err, Fault: s.Fault, Attempts: n})
 			return done, true
 		default:
-			// Not the record's fault (the store's, a dependency's, a
-			// concurrent delivery's), or the streak breaker is open: not
-			// an attempt, never a reason to dead-letter. The breaker logs
-			// an outage once.
-			c.report(Result{Record: r, ID: msgs[i].ID, Err: res.Err, Fault: d.Fault, Attempts: n})
-			return done, true
+			// Abandoned (the failure is the cancellation's, not the
+			// record's), or an earlier record failed and was
+			// dead-lettered just now: try the rest at once.
+			return done, false
 		}
-		delete(p.attempts, r.Offset)
 		done++
 	}
 	return done, false
+}
+
+// record wraps r for the delivery policy.
+func (p *partition) record(r *kgo.Record) *record {
+	m := message(r)
+	m.Source.Redelivered = p.redelivered(r.Offset)
+	return &record{rec: r, tr: inboxtransport.Delivery{Message: m, Track: p.track + strconv.FormatInt(r.Offset, 10)}}
 }
 
 func (c *Consumer[TTx]) report(r Result) {

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // The takeover ledger bounds a record that crashes its consumer (see
@@ -16,7 +17,7 @@ import (
 // about to process first, and keeps a record in the ledger for as long as
 // it owns the partition: only a clean stop clears it. So a record found at
 // a takeover means that the owner before went down. The ledger counts a
-// crash against a record only if the record had started (StartTakeover)
+// crash against a record only if the record had started (inboxtransport.Ledger.Start)
 // when the process went down: the first record after a takeover, and,
 // after a crash, each record that the worker then runs one at a time,
 // committing each offset at once, so that the next crash, if any, is
@@ -47,10 +48,10 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		return batch, true
 	}
 	first := batch[0]
-	var tk inbox.Takeover
+	var tk inboxtransport.Takeover
 	for {
 		var err error
-		tk, err = c.client.RecordTakeover(p.ctx, c.cfg.Consumer, p.source(), first.Offset)
+		tk, err = c.ledger.Record(p.ctx, p.source(), first.Offset)
 		if err == nil {
 			break
 		}
@@ -65,7 +66,8 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		cause := fmt.Errorf("inboxkafka: the consumer went down %d times in a row with this record first, and never got past it", crashes)
 		c.logger.ErrorContext(p.ctx, "inboxkafka: dead-lettering a record that crashes its consumer, without running its handler",
 			"topic", first.Topic, "partition", first.Partition, "offset", first.Offset, "crashes", crashes)
-		msg := message(first)
+		r := p.record(first)
+		msg := r.tr.Message
 		if id, err := c.client.Key(c.cfg.Key, msg); err == nil {
 			msg.ID = id
 			// The claim decides whether the record was applied after
@@ -86,11 +88,17 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 				return batch[1:], true
 			}
 		}
-		for !c.deadLetter(p, first, msg, cause, inbox.ReasonCrashedConsumer, crashes) {
-			if p.stopping() || !p.sleep(bo.next()) {
+		r.tr.Message = msg
+		for {
+			err := c.policy.DeadLetter(p.ctx, r, inboxtransport.ReasonCrashedConsumer, cause, crashes)
+			if err == nil {
+				break
+			}
+			if !c.ledgerFailed(p, msg, "dead-letter a record that crashed its consumer", err, bo) {
 				return nil, false
 			}
 		}
+		c.report(Result{Record: first, ID: msg.ID, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true})
 		bo.reset()
 		c.mark(p, first)
 		c.commitNow(p)
@@ -113,7 +121,7 @@ func (c *Consumer[TTx]) beforeRun(p *partition, rec *kgo.Record, bo *backoff) bo
 		return true
 	}
 	for {
-		err := c.client.StartTakeover(p.ctx, c.cfg.Consumer, p.source(), rec.Offset)
+		err := c.ledger.Start(p.ctx, p.source(), rec.Offset)
 		if err == nil {
 			p.recorded, p.started = rec.Offset, rec.Offset
 			return true
@@ -142,7 +150,7 @@ func (c *Consumer[TTx]) ledgerFailed(p *partition, msg inbox.Message, what strin
 			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 		return p.sleep(bo.next())
 	}
-	c.breaker.Decide(p.ctx, msg, err, 0, 0)
+	c.policy.Breaker().Decide(p.ctx, msg, err, 0, 0)
 	c.logger.DebugContext(p.ctx, "inboxkafka: could not "+what+"; trying again after a backoff",
 		"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 	return p.sleep(bo.next())
@@ -191,7 +199,7 @@ func (c *Consumer[TTx]) takeoverStop(p *partition) {
 func (c *Consumer[TTx]) clearTakeover(p *partition) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.ctx), 5*time.Second)
 	defer cancel()
-	if err := c.client.TakeoverDone(ctx, c.cfg.Consumer, p.source(), p.recorded); err != nil {
+	if err := c.ledger.Done(ctx, p.source(), p.recorded); err != nil {
 		// The next owner will take this stop for a crash, and process a
 		// few records one at a time: slower, never wrong.
 		c.logger.WarnContext(ctx, "inboxkafka: could not clear the takeover record", "topic", p.tp.topic, "partition", p.tp.partition, "err", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // ErrClosed is returned by Run when the NATS connection under it was
@@ -50,17 +51,13 @@ type Consumer[TTx any] struct {
 	beat             time.Duration
 
 	// breaker judges failures and keeps the consumer's outage and streak.
-	breaker *inbox.Breaker
-	// excused counts, per stream message, the deliveries that were not
-	// attempts, which NumDelivered includes.
-	excused *deliveryCounts
+	breaker *inboxtransport.Breaker
+	// policy keys, processes, judges and dead-letters what is fetched,
+	// and counts each message's deliveries that were not attempts, which
+	// NumDelivered includes. Run makes it, with maxDeliver.
+	policy *inboxtransport.Policy[TTx, *delivery]
 
 	running atomic.Bool
-
-	// pauseMu guards the pause after the store was found unavailable.
-	pauseMu     sync.Mutex
-	pauseUntil  time.Time
-	pauseLength time.Duration
 }
 
 // New returns a consumer of the JetStream pull consumer config.Durable on
@@ -95,14 +92,13 @@ func New[TTx any](js jetstream.JetStream, client *inbox.Client[TTx], handler inb
 		config:  cfg,
 		logger:  logger,
 		leases:  newLeases(),
-		breaker: client.NewBreaker(cfg.Consumer, logger),
-		excused: newDeliveryCounts(maxExcused),
+		breaker: inboxtransport.NewBreaker(cfg.Consumer, client.Config(), logger),
 	}, nil
 }
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.breaker }
 
 // Config returns the consumer's configuration with defaults applied, except
 // those that Run takes from the JetStream consumer's configuration
@@ -140,6 +136,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	}
 	c.maxDeliver, c.beat = cfg.MaxDeliver, cfg.Heartbeat
 	c.serverMaxDeliver = max(cons.CachedInfo().Config.MaxDeliver, 0)
+	if c.policy, err = c.newPolicy(); err != nil {
+		return err
+	}
 	if mp := cons.CachedInfo().Config.MaxAckPending; mp > 0 && mp < cfg.Workers*cfg.Batch {
 		c.logger.WarnContext(ctx, "inboxnats: the JetStream consumer's MaxAckPending is below Workers × Batch: fetches will come back short",
 			"stream", cfg.Stream, "durable", cfg.Durable, "max_ack_pending", mp, "workers", cfg.Workers, "batch", cfg.Batch)
@@ -149,28 +148,12 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	fetchCtx, stopFetching := context.WithCancel(ctx)
 	defer stopFetching()
 	var closed atomic.Bool
-	// workCtx carries ctx's values (fault hooks, trace context) but
-	// outlives it by ShutdownTimeout, so that work in progress can finish.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	workersDone := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		select {
-		case <-workersDone:
-			return
-		case <-fetchCtx.Done():
-		}
-		grace := time.NewTimer(c.config.ShutdownTimeout)
-		defer grace.Stop()
-		select {
-		case <-workersDone:
-		case <-grace.C:
-			cancelWork()
-		}
-	})
+	// Work in progress gets ShutdownTimeout to finish.
+	workCtx, finish := inboxtransport.WorkContext(fetchCtx, c.config.ShutdownTimeout)
+	defer finish()
 	hbCtx, stopHeartbeat := context.WithCancel(workCtx)
-	bg.Go(func() { c.heartbeat(hbCtx) })
+	var hb sync.WaitGroup
+	hb.Go(func() { c.heartbeat(hbCtx) })
 
 	var wg sync.WaitGroup
 	for range c.config.Workers {
@@ -182,9 +165,8 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	close(workersDone)
 	stopHeartbeat()
-	bg.Wait()
+	hb.Wait()
 	if closed.Load() {
 		return ErrClosed
 	}
@@ -209,7 +191,7 @@ func (c *Consumer[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) 
 		}
 		c.logger.WarnContext(ctx, "inboxnats: could not look the JetStream consumer up; trying again",
 			"stream", c.config.Stream, "durable", c.config.Durable, "backoff", backoff, "err", err)
-		sleep(ctx, backoff)
+		inboxtransport.Sleep(ctx, backoff)
 		backoff = min(backoff*2, maxFetchErrorBackoff)
 	}
 }
@@ -219,13 +201,13 @@ func (c *Consumer[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) 
 func (c *Consumer[TTx]) work(ctx, workCtx context.Context, cons jetstream.Consumer) (closed bool) {
 	backoff := fetchErrorBackoff
 	for {
-		c.waitPause(ctx)
+		c.policy.Wait(ctx)
 		if ctx.Err() != nil {
 			return false
 		}
 		ds, err := c.fetch(ctx, cons)
 		if len(ds) > 0 {
-			c.leases.add(ds...)
+			c.leases.Add(ds...)
 			if ctx.Err() != nil {
 				// Fetched as the consumer stopped: let them go.
 				c.release(workCtx, ds)
@@ -243,7 +225,7 @@ func (c *Consumer[TTx]) work(ctx, workCtx context.Context, cons jetstream.Consum
 		default:
 			c.logger.WarnContext(ctx, "inboxnats: fetch failed", "stream", c.config.Stream, "durable", c.config.Durable,
 				"backoff", backoff, "err", err)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 			backoff = min(backoff*2, maxFetchErrorBackoff)
 		}
 	}
@@ -268,43 +250,4 @@ func (c *Consumer[TTx]) fetch(ctx context.Context, cons jetstream.Consumer) ([]*
 		err = nil
 	}
 	return ds, err
-}
-
-// pauseFor pauses fetching after the store was found unavailable, for
-// RetryBackoff, doubling while it stays unavailable. ok resets it.
-func (c *Consumer[TTx]) pauseFor(unavailable bool) {
-	c.pauseMu.Lock()
-	defer c.pauseMu.Unlock()
-	if !unavailable {
-		c.pauseLength = 0
-		return
-	}
-	if c.pauseLength == 0 {
-		c.pauseLength = c.config.RetryBackoff
-	} else {
-		c.pauseLength = min(c.pauseLength*2, c.config.MaxRetryBackoff)
-	}
-	c.pauseUntil = time.Now().Add(c.pauseLength)
-}
-
-// waitPause waits out a pause after the store was unavailable, and the
-// streak breaker's pause.
-func (c *Consumer[TTx]) waitPause(ctx context.Context) {
-	c.pauseMu.Lock()
-	d := time.Until(c.pauseUntil)
-	c.pauseMu.Unlock()
-	d = max(d, c.breaker.Paused())
-	if d > 0 {
-		sleep(ctx, d)
-	}
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -1,12 +1,14 @@
 package inboxnats
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // Transport is the inbox.Source.Transport of the messages this package
@@ -22,8 +24,8 @@ const HeaderEventID = "event-id"
 // fetch until it is acknowledged, naked or terminated.
 type delivery struct {
 	raw       jetstream.Msg
-	msg       inbox.Message // ID is empty until the KeyFunc ran
-	delivered int           // NumDelivered
+	tr        inboxtransport.Delivery // its message; ID is empty until the KeyFunc ran
+	delivered int                     // NumDelivered
 
 	// mu serialises the acknowledgements of this delivery: a heartbeat
 	// (InProgress) never runs concurrently with, or after, the ack, nak or
@@ -37,7 +39,7 @@ type delivery struct {
 func newDelivery(stream string, m jetstream.Msg) *delivery {
 	d := &delivery{
 		raw: m,
-		msg: inbox.Message{
+		tr: inboxtransport.Delivery{Message: inbox.Message{
 			Payload: m.Data(),
 			Headers: headers(m.Headers()),
 			Source: inbox.Source{
@@ -45,18 +47,27 @@ func newDelivery(stream string, m jetstream.Msg) *delivery {
 				Queue:     stream,
 				Key:       []byte(m.Subject()),
 			},
-		},
+		}},
 		delivered: 1,
 	}
+	src := &d.tr.Message.Source
 	if md, err := m.Metadata(); err == nil {
-		d.msg.Source.Queue = md.Stream
-		d.msg.Source.Offset = int64(min(md.Sequence.Stream, 1<<63-1))
+		src.Queue = md.Stream
+		src.Offset = int64(min(md.Sequence.Stream, 1<<63-1))
 		if md.NumDelivered > 0 {
 			d.delivered = int(min(md.NumDelivered, 1<<31-1))
 		}
+		// The stream sequence names the message across its deliveries.
+		if src.Offset > 0 {
+			d.tr.Track = src.Queue + "/" + strconv.FormatInt(src.Offset, 10)
+		}
 	}
+	src.Attempt, src.Redelivered = d.delivered, d.delivered > 1
 	return d
 }
+
+// Delivery returns the delivery as the policy sees it.
+func (d *delivery) Delivery() *inboxtransport.Delivery { return &d.tr }
 
 // headers turns NATS headers into inbox headers: each header's first value,
 // under the name as it was sent (NATS header names are case-sensitive).

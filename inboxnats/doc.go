@@ -79,8 +79,9 @@
 //
 // It is terminated with TermWithReason on servers from 2.10.4, and with
 // Term on older ones, which ignore TermWithReason and would redeliver the
-// message. Whose fault a failure is decides, through the consumer's
-// inbox.Breaker, which every transport adapter shares (see inbox.Judge). A
+// message. Whose fault a failure is decides, through the delivery policy
+// that every transport adapter shares (package inboxtransport; see
+// inbox.Judge). A
 // failure that says nothing about the message never dead-letters it and is
 // not an attempt: a failure of the inbox's own work (begin, claim, commit,
 // the dead-letter write, a ledger) whatever its code, a broken connection

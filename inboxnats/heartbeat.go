@@ -2,45 +2,17 @@ package inboxnats
 
 import (
 	"context"
-	"sync"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // leases holds the deliveries a consumer has fetched and not yet settled,
 // and keeps them from being delivered again: a heartbeat sends each one
 // InProgress, which restarts the server's AckWait for it.
-type leases struct {
-	mu   sync.Mutex
-	held map[*delivery]struct{}
-}
+type leases = inboxtransport.Held[*delivery]
 
-func newLeases() *leases {
-	return &leases{held: make(map[*delivery]struct{})}
-}
-
-func (l *leases) add(ds ...*delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, d := range ds {
-		l.held[d] = struct{}{}
-	}
-}
-
-func (l *leases) remove(d *delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.held, d)
-}
-
-func (l *leases) all() []*delivery {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]*delivery, 0, len(l.held))
-	for d := range l.held {
-		out = append(out, d)
-	}
-	return out
-}
+func newLeases() *leases { return &leases{} }
 
 // heartbeat sends InProgress for every held delivery each heartbeat
 // interval, until ctx is done. A delivery is fetched at most one interval
@@ -54,7 +26,7 @@ func (c *Consumer[TTx]) heartbeat(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		for _, d := range c.leases.all() {
+		for _, d := range c.leases.All() {
 			if ctx.Err() != nil {
 				return
 			}
@@ -74,6 +46,6 @@ func (c *Consumer[TTx]) inProgress(ctx context.Context, d *delivery) {
 		// Disconnected: the message comes back when its AckWait runs out,
 		// and the inbox skips it or waits for this delivery's claim.
 		c.logger.WarnContext(ctx, "inboxnats: heartbeat failed: the message may be delivered again",
-			"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "err", err)
+			"stream", c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 	}
 }

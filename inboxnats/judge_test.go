@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -83,7 +84,7 @@ func TestNotTheMessagesFaultIsNoAttempt(t *testing.T) {
 type pauseCounter struct {
 	mu     sync.Mutex
 	streak int
-	first  inbox.PauseEvent
+	first  inboxtransport.PauseEvent
 }
 
 func (o *pauseCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
@@ -91,11 +92,11 @@ func (o *pauseCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message)
 }
 func (o *pauseCounter) TxEnd(context.Context, *inbox.TxEvent)                {}
 func (o *pauseCounter) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *pauseCounter) Resumed(context.Context, *inbox.PauseEvent)           {}
-func (o *pauseCounter) Paused(_ context.Context, e *inbox.PauseEvent) {
+func (o *pauseCounter) Resumed(context.Context, *inboxtransport.PauseEvent)  {}
+func (o *pauseCounter) Paused(_ context.Context, e *inboxtransport.PauseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if e.Cause == inbox.PauseStreak {
+	if e.Cause == inboxtransport.PauseStreak {
 		if o.streak == 0 {
 			o.first = *e
 		}

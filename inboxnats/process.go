@@ -2,142 +2,66 @@ package inboxnats
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
-// process processes a fetched batch through the inbox, as one batch
-// (ProcessBatchOrdered when Ordered), and settles each message: ack what
-// committed, dead-letter and terminate what never will, NakWithDelay what
-// may succeed later, release what shutdown cancelled.
-func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) {
-	errs := make([]error, len(ds))
-	batch := make([]inbox.Message, 0, len(ds))
-	at := make([]int, 0, len(ds))
-	for i, d := range ds {
-		id, err := c.client.Key(c.config.Key, d.msg)
-		if err != nil {
-			errs[i] = fmt.Errorf("inboxnats: key of message %s: %w", d.msg.Source, err)
-			continue
-		}
-		d.msg.ID = id
-		batch = append(batch, d.msg)
-		at = append(at, i)
-	}
-	if len(batch) > 0 {
-		var results []inbox.BatchResult
-		var err error
-		if c.config.Ordered {
-			results, err = c.client.ProcessBatchOrdered(ctx, c.config.Consumer, batch, c.handler)
-		} else {
-			results, err = c.client.ProcessBatch(ctx, c.config.Consumer, batch, c.handler)
-		}
-		for k, i := range at {
-			if err != nil {
-				errs[i] = err
-			} else {
-				errs[i] = results[k].Err
-			}
-		}
-	}
-	cancelled := ctx.Err() != nil
+// newPolicy returns the consumer's delivery policy, with the MaxDeliver
+// Run resolved.
+func (c *Consumer[TTx]) newPolicy() (*inboxtransport.Policy[TTx, *delivery], error) {
+	return inboxtransport.NewPolicy(inboxtransport.Config[TTx, *delivery]{
+		Client:          c.client,
+		Handler:         c.handler,
+		Consumer:        c.config.Consumer,
+		Key:             c.config.Key,
+		MaxAttempts:     c.maxDeliver,
+		RetryBackoff:    c.config.RetryBackoff,
+		MaxRetryBackoff: c.config.MaxRetryBackoff,
+		Name:            "inboxnats",
+		Logger:          c.logger,
+		Breaker:         c.breaker,
+	})
+}
 
-	var ack, term, retry, release []*delivery
-	var reasons []string
-	unavailable, committed := false, false
-	for i, d := range ds {
-		key := excusedKey(d)
-		attempt := c.attempt(d)
-		act, dec := decide(ctx, c.breaker, d.msg, errs[i], attempt, c.maxDeliver, cancelled)
-		switch act {
-		case actAck:
-			committed = true
-			c.breaker.Succeeded(ctx)
-			c.excused.forget(key)
-			ack = append(ack, d)
-		case actDeadLetter:
-			if err := c.deadLetter(ctx, d, dec.Reason, errs[i], attempt); err != nil {
-				// The store's failure, logged once per outage by the
-				// breaker.
-				dd := c.breaker.Decide(ctx, d.msg, err, 0, 0)
-				c.logger.DebugContext(ctx, "inboxnats: could not dead-letter a message; it will be retried",
-					"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "reason", dec.Reason, "err", err)
-				unavailable = unavailable || dd.Fault == inbox.FaultStore || dd.Fault == inbox.FaultSystemic
-				c.excused.add(key)
-				retry = append(retry, d)
-				continue
+// process processes a fetched batch through the inbox's shared delivery
+// policy, as one batch (in order when Ordered), and settles each message:
+// ack what committed, terminate what was dead-lettered, NakWithDelay what
+// may succeed later, release what shutdown cancelled or an ordered batch
+// did not reach.
+func (c *Consumer[TTx]) process(ctx context.Context, ds []*delivery) {
+	for _, d := range ds {
+		// On the last delivery that the JetStream consumer's own
+		// MaxDeliver allows, a failure of its own must dead-letter the
+		// message now: the server will not deliver it again.
+		d.tr.Last = c.serverMaxDeliver > 0 && d.delivered >= c.serverMaxDeliver
+	}
+	ss := c.policy.Process(ctx, ds, c.config.Ordered)
+	settled := false
+	var release []*delivery
+	for i, s := range ss {
+		d := ds[i]
+		switch s.Verdict {
+		case inboxtransport.Ack, inboxtransport.DeadLettered:
+			if !settled {
+				// The messages are in the database (or the dead-letter
+				// store); the broker does not know yet.
+				fault.Inject(ctx, fault.AfterCommitBeforeAck)
+				settled = true
 			}
-			c.excused.forget(key)
-			term = append(term, d)
-			reasons = append(reasons, dec.Reason)
-		case actRetry:
-			if dec.Action == inbox.ActionRetry {
-				c.logger.WarnContext(ctx, "inboxnats: message failed; it will be retried",
-					"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "id", d.msg.ID,
-					"attempt", attempt, "delivered", d.delivered, "err", errs[i])
+			if s.Verdict == inboxtransport.Ack {
+				c.ack(ctx, d)
 			} else {
-				// Not an attempt: the store's fault (logged once per
-				// outage by the breaker), a dependency's, a concurrent
-				// delivery's, or the streak breaker is open.
-				c.excused.add(key)
-				unavailable = unavailable || dec.Fault == inbox.FaultStore || dec.Fault == inbox.FaultSystemic
+				c.term(ctx, d, s.Reason)
 			}
-			retry = append(retry, d)
-		case actRelease, actRequeue:
-			// Handed back unprocessed: its next delivery is no attempt
-			// of this one's.
-			c.excused.add(key)
+		case inboxtransport.Retry:
+			c.nak(ctx, d, s.Delay)
+		default:
 			release = append(release, d)
 		}
 	}
-	c.pauseFor(unavailable && !committed)
-
-	if len(ack) > 0 || len(term) > 0 {
-		// The messages are in the database (or the dead-letter store);
-		// the broker does not know yet.
-		fault.Inject(ctx, fault.AfterCommitBeforeAck)
-	}
-	for _, d := range ack {
-		c.ack(ctx, d)
-	}
-	for i, d := range term {
-		c.term(ctx, d, reasons[i])
-	}
-	for _, d := range retry {
-		c.nak(ctx, d, retryDelay(c.config.RetryBackoff, c.config.MaxRetryBackoff, d.delivered))
-	}
 	c.release(ctx, release)
-}
-
-// attempt is the number of d's delivery counted as one of its message's
-// attempts: its NumDelivered, less the deliveries this process excused
-// (deliveryCounts), and at least 1, for this delivery is an attempt
-// whatever the counts say. On the last delivery that the JetStream
-// consumer's own MaxDeliver allows, it is at least MaxDeliver: the server
-// will not deliver the message again, so a failure of its own must
-// dead-letter it now.
-func (c *Consumer[TTx]) attempt(d *delivery) int {
-	if c.serverMaxDeliver > 0 && d.delivered >= c.serverMaxDeliver {
-		return max(d.delivered, c.maxDeliver)
-	}
-	return max(d.delivered-c.excused.get(excusedKey(d)), 1)
-}
-
-// deadLetter stores d in the dead-letter store. The caller terminates d
-// only when it returns nil.
-func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason string, cause error, attempts int) error {
-	sctx, cancel := settleContext(ctx)
-	defer cancel()
-	return c.client.DeadLetter(sctx, inbox.DeadLetterParams{
-		Consumer: c.config.Consumer,
-		Message:  d.msg,
-		Reason:   reason,
-		Err:      cause,
-		Attempts: attempts,
-	})
 }
 
 // ack acknowledges d, whose transaction committed. A lost ack is logged and
@@ -157,7 +81,7 @@ func (c *Consumer[TTx]) ack(ctx context.Context, d *delivery) {
 	}
 	if err != nil {
 		c.logger.WarnContext(ctx, "inboxnats: ack failed; the message will be delivered again and skipped",
-			"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "err", err)
+			"stream", c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 	}
 }
 
@@ -179,7 +103,7 @@ func (c *Consumer[TTx]) term(ctx context.Context, d *delivery, reason string) {
 		// It comes back and is dead-lettered again, which updates the
 		// stored dead letter.
 		c.logger.WarnContext(ctx, "inboxnats: term failed; the message will be delivered again",
-			"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "err", err)
+			"stream", c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 	}
 }
 
@@ -190,7 +114,7 @@ func (c *Consumer[TTx]) nak(ctx context.Context, d *delivery, delay time.Duratio
 	}
 	if err := d.raw.NakWithDelay(delay); err != nil {
 		c.logger.WarnContext(ctx, "inboxnats: nak failed; the message comes back when its AckWait runs out",
-			"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "err", err)
+			"stream", c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 	}
 }
 
@@ -203,7 +127,7 @@ func (c *Consumer[TTx]) release(ctx context.Context, ds []*delivery) {
 		}
 		if err := d.raw.Nak(); err != nil {
 			c.logger.DebugContext(ctx, "inboxnats: release failed; the message comes back when its AckWait runs out",
-				"stream", c.config.Stream, "sequence", d.msg.Source.Offset, "err", err)
+				"stream", c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 		}
 	}
 }
@@ -211,7 +135,7 @@ func (c *Consumer[TTx]) release(ctx context.Context, ds []*delivery) {
 // settle marks d settled and stops its heartbeat. It reports whether d was
 // still unsettled.
 func (c *Consumer[TTx]) settle(d *delivery) bool {
-	c.leases.remove(d)
+	c.leases.Remove(d)
 	return d.settle()
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -82,16 +83,20 @@ func (f *grantsFixture) cleanerGrants() []string {
 // takeover that counts it, and a clean stop.
 func consume(ctx context.Context, c *inbox.Client[pgx.Tx]) error {
 	const source = "kafka:orders/0"
-	if _, err := c.RecordTakeover(ctx, "billing", source, 1); err != nil {
+	ledger, err := inboxtransport.NewLedger(c, "billing")
+	if err != nil {
 		return err
 	}
-	if err := c.StartTakeover(ctx, "billing", source, 1); err != nil {
+	if _, err := ledger.Record(ctx, source, 1); err != nil {
 		return err
 	}
-	if _, err := c.RecordTakeover(ctx, "billing", source, 1); err != nil {
+	if err := ledger.Start(ctx, source, 1); err != nil {
 		return err
 	}
-	if err := c.TakeoverDone(ctx, "billing", source, 1); err != nil {
+	if _, err := ledger.Record(ctx, source, 1); err != nil {
+		return err
+	}
+	if err := ledger.Done(ctx, source, 1); err != nil {
 		return err
 	}
 	effect := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {

@@ -90,39 +90,14 @@ func TestHeaderText(t *testing.T) {
 	require.Nil(t, headers(nil))
 }
 
-// TestAttemptsAreBounded: the count of failed attempts keeps at most its
-// limit of ids.
-func TestAttemptsAreBounded(t *testing.T) {
-	t.Parallel()
-	a := newAttempts(3)
-	a.fail("a")
-	a.fail("a")
-	require.Equal(t, 2, a.get("a"))
-	for _, id := range []string{"b", "c", "d", "e"} {
-		a.fail(id)
-	}
-	require.LessOrEqual(t, len(a.byID), 3)
-	a.forget("e")
-	require.Equal(t, 0, a.get("e"))
-	a.fail("")
-	require.Equal(t, 0, a.get(""))
-	a.excuse("f")
-	a.excuse("f")
-	require.Equal(t, 2, a.excused("f"))
-	require.Zero(t, a.get("f"))
-	require.LessOrEqual(t, len(a.byID), 3)
-	a.excuse("")
-	require.Zero(t, a.excused(""))
-}
-
 // TestMessageIDKey reads the message-id property, and only that.
 func TestMessageIDKey(t *testing.T) {
 	t.Parallel()
 	d := newDelivery("q", nil, amqp.Delivery{MessageId: "0198c3c9-8e8e-7a36-9a1e-8b2f8c7f4a11"})
-	id, err := MessageIDKey(d.msg)
+	id, err := MessageIDKey(d.tr.Message)
 	require.NoError(t, err)
 	require.Equal(t, "0198c3c9-8e8e-7a36-9a1e-8b2f8c7f4a11", id)
-	_, err = MessageIDKey(newDelivery("q", nil, amqp.Delivery{}).msg)
+	_, err = MessageIDKey(newDelivery("q", nil, amqp.Delivery{}).tr.Message)
 	require.ErrorIs(t, err, inbox.ErrNoMessageID)
 	_, err = MessageIDKey(inbox.Message{Source: inbox.Source{Transport: "sqs", BrokerID: "x"}})
 	require.ErrorIs(t, err, inbox.ErrNoMessageID)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // settleTimeout bounds each dead-letter write that settles a message. It
@@ -20,23 +21,20 @@ const settleTimeout = 10 * time.Second
 // transaction that recorded it committed, and only on the channel it
 // arrived on. Create one with New and start it with Run.
 type Consumer[TTx any] struct {
-	dial     DialFunc
-	client   *inbox.Client[TTx]
-	handler  inbox.Handler[TTx]
-	config   Config
-	logger   *slog.Logger
-	attempts *attempts
-	gen      atomic.Uint64
+	dial    DialFunc
+	client  *inbox.Client[TTx]
+	handler inbox.Handler[TTx]
+	config  Config
+	logger  *slog.Logger
+	gen     atomic.Uint64
 
-	// breaker judges failures and keeps the consumer's outage and streak.
-	breaker *inbox.Breaker
+	// policy keys, processes, judges and dead-letters the deliveries, and
+	// counts each event's failed attempts (classic queues count no
+	// deliveries) and the deliveries that were not attempts (a quorum
+	// queue's x-delivery-count includes them).
+	policy *inboxtransport.Policy[TTx, *delivery]
 
 	running atomic.Bool
-
-	// pauseMu guards the pause after the store was found unavailable.
-	pauseMu     sync.Mutex
-	pauseUntil  time.Time
-	pauseLength time.Duration
 }
 
 // New returns a consumer of config.Queue that applies each message with
@@ -63,20 +61,35 @@ func New[TTx any](dial DialFunc, client *inbox.Client[TTx], handler inbox.Handle
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer[TTx]{
-		dial:     dial,
-		client:   client,
-		handler:  handler,
-		config:   cfg,
-		logger:   logger,
-		attempts: newAttempts(maxTrackedAttempts),
-		breaker:  client.NewBreaker(cfg.Consumer, logger),
-	}, nil
+	c := &Consumer[TTx]{
+		dial:    dial,
+		client:  client,
+		handler: handler,
+		config:  cfg,
+		logger:  logger,
+	}
+	policy, err := inboxtransport.NewPolicy(inboxtransport.Config[TTx, *delivery]{
+		Client:          client,
+		Handler:         handler,
+		Consumer:        cfg.Consumer,
+		Key:             cfg.Key,
+		MaxAttempts:     cfg.MaxDeliveries,
+		RetryBackoff:    cfg.RetryBackoff,
+		MaxRetryBackoff: cfg.MaxRetryBackoff,
+		Name:            "inboxrabbit",
+		Logger:          logger,
+		DeadLetter:      deadLetter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.policy = policy
+	return c, nil
 }
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.policy.Breaker() }
 
 // Config returns the consumer's configuration with defaults applied.
 func (c *Consumer[TTx]) Config() Config { return c.config }
@@ -100,30 +113,9 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	// workCtx carries ctx's values (fault hooks, trace context) but
-	// outlives it by ShutdownTimeout, so that work in progress can finish.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	runDone := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		select {
-		case <-runDone:
-			return
-		case <-ctx.Done():
-		}
-		grace := time.NewTimer(c.config.ShutdownTimeout)
-		defer grace.Stop()
-		select {
-		case <-runDone:
-		case <-grace.C:
-			cancelWork()
-		}
-	})
-	defer func() {
-		close(runDone)
-		bg.Wait()
-	}()
+	// Work in progress gets ShutdownTimeout to finish.
+	workCtx, finish := inboxtransport.WorkContext(ctx, c.config.ShutdownTimeout)
+	defer finish()
 
 	backoff := c.config.ReconnectBackoff
 	for ctx.Err() == nil {
@@ -134,7 +126,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 			}
 			c.logger.WarnContext(ctx, "inboxrabbit: could not start consuming; trying again",
 				"queue", c.config.Queue, "backoff", backoff, "err", err)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 			backoff = min(backoff*2, c.config.MaxReconnectBackoff)
 			continue
 		}
@@ -143,7 +135,7 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 		s.close()
 		if ctx.Err() == nil {
 			c.logger.InfoContext(ctx, "inboxrabbit: reconnecting", "queue", c.config.Queue, "backoff", backoff)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 		}
 	}
 	return nil
@@ -156,7 +148,7 @@ func (c *Consumer[TTx]) consume(ctx, workCtx context.Context, s *session) {
 	for range c.config.Workers {
 		wg.Go(func() {
 			for {
-				c.waitPause(ctx)
+				c.policy.Wait(ctx)
 				ds := c.take(ctx, s)
 				if len(ds) == 0 {
 					return
@@ -166,7 +158,7 @@ func (c *Consumer[TTx]) consume(ctx, workCtx context.Context, s *session) {
 					ds, wait = c.process(workCtx, ds)
 					// While the streak breaker is open, a retry in
 					// place waits out its pause too.
-					if len(ds) > 0 && !c.hold(ctx, s, max(wait, c.breaker.Paused())) {
+					if len(ds) > 0 && !c.hold(ctx, s, max(wait, c.policy.Breaker().Paused())) {
 						// Left to the closing channel, which
 						// requeues them.
 						return
@@ -202,7 +194,7 @@ func (c *Consumer[TTx]) take(ctx context.Context, s *session) []*delivery {
 		return nil
 	case <-s.done:
 		return nil
-	case d, ok := <-s.deliveries:
+	case d, ok := <-s.ready:
 		if !ok {
 			return nil
 		}
@@ -211,7 +203,7 @@ func (c *Consumer[TTx]) take(ctx context.Context, s *session) []*delivery {
 	ds := []*delivery{first}
 	for len(ds) < c.config.Batch {
 		select {
-		case d, ok := <-s.deliveries:
+		case d, ok := <-s.ready:
 			if !ok {
 				return ds
 			}
@@ -221,43 +213,4 @@ func (c *Consumer[TTx]) take(ctx context.Context, s *session) []*delivery {
 		}
 	}
 	return ds
-}
-
-// pauseFor pauses consuming after the store was found unavailable, for
-// RetryBackoff, doubling while it stays unavailable. ok resets it.
-func (c *Consumer[TTx]) pauseFor(unavailable bool) {
-	c.pauseMu.Lock()
-	defer c.pauseMu.Unlock()
-	if !unavailable {
-		c.pauseLength = 0
-		return
-	}
-	if c.pauseLength == 0 {
-		c.pauseLength = c.config.RetryBackoff
-	} else {
-		c.pauseLength = min(c.pauseLength*2, c.config.MaxRetryBackoff)
-	}
-	c.pauseUntil = time.Now().Add(c.pauseLength)
-}
-
-// waitPause waits out a pause after the store was unavailable, and the
-// streak breaker's pause.
-func (c *Consumer[TTx]) waitPause(ctx context.Context) {
-	c.pauseMu.Lock()
-	d := time.Until(c.pauseUntil)
-	c.pauseMu.Unlock()
-	d = max(d, c.breaker.Paused())
-	if d > 0 {
-		sleep(ctx, d)
-	}
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

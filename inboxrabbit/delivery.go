@@ -11,6 +11,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // Transport is the inbox.Source.Transport of the messages this package
@@ -31,33 +32,38 @@ const headerDeliveryCount = "x-delivery-count"
 type delivery struct {
 	raw  amqp.Delivery
 	sess *session // the channel it arrived on, which alone can ack it
-	msg  inbox.Message
-	// brokerCount is the quorum queue's delivery count, this delivery
-	// included; 0 when the broker keeps none (classic queues).
-	brokerCount int
-	settled     atomic.Bool
+	// tr is its message; Source.Attempt is the quorum queue's delivery
+	// count, this delivery included, or 0 when the broker keeps none
+	// (classic queues).
+	tr      inboxtransport.Delivery
+	settled atomic.Bool
 }
 
 // newDelivery wraps d, which arrived on sess from queue. The message's
 // Source holds the queue as Queue, the message-id property as BrokerID and
 // the routing key as Key; its headers are d's, as text (see headerText).
 func newDelivery(queue string, sess *session, d amqp.Delivery) *delivery {
+	count := deliveryCount(d.Headers)
 	return &delivery{
 		raw:  d,
 		sess: sess,
-		msg: inbox.Message{
+		tr: inboxtransport.Delivery{Message: inbox.Message{
 			Payload: d.Body,
 			Headers: headers(d.Headers),
 			Source: inbox.Source{
-				Transport: Transport,
-				Queue:     queue,
-				BrokerID:  d.MessageId,
-				Key:       []byte(d.RoutingKey),
+				Transport:   Transport,
+				Queue:       queue,
+				BrokerID:    d.MessageId,
+				Key:         []byte(d.RoutingKey),
+				Redelivered: d.Redelivered || count > 1,
+				Attempt:     count,
 			},
-		},
-		brokerCount: deliveryCount(d.Headers),
+		}},
 	}
 }
+
+// Delivery returns the delivery as the policy sees it.
+func (d *delivery) Delivery() *inboxtransport.Delivery { return &d.tr }
 
 // deliveryCount reads a quorum queue's x-delivery-count (earlier
 // deliveries) and returns the count of this delivery, or 0 when there is

@@ -69,8 +69,9 @@
 // (x-delivery-count), which holds across consumers and restarts, less the
 // deliveries to this process that were not attempts; on classic queues,
 // which count nothing, it is this process's count of the event's failed
-// attempts. Whose fault a failure is decides, through the consumer's
-// inbox.Breaker, which every transport adapter shares (see inbox.Judge). A
+// attempts. Whose fault a failure is decides, through the delivery policy
+// that every transport adapter shares (package inboxtransport; see
+// inbox.Judge). A
 // failure that says nothing about the message never dead-letters it and is
 // not an attempt: a failure of the inbox's own work (begin, claim, commit,
 // the dead-letter write, a ledger) whatever its code, a broken connection

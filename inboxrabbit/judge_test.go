@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -67,6 +68,9 @@ func TestNotTheMessagesFaultIsNoAttempt(t *testing.T) {
 	})
 	cfg := h.config(q)
 	cfg.MaxDeliveries = 2
+	// One delivery per transaction, so that the handler's calls count
+	// deliveries: a batch that fails runs its handlers again alone.
+	cfg.Batch = 1
 	cfg.RetryBackoff = 20 * time.Millisecond
 	cfg.MaxRetryBackoff = 200 * time.Millisecond
 	r := h.start(cfg, handler, nil)
@@ -91,7 +95,7 @@ func TestNotTheMessagesFaultIsNoAttempt(t *testing.T) {
 type pauseCounter struct {
 	mu     sync.Mutex
 	streak int
-	first  inbox.PauseEvent
+	first  inboxtransport.PauseEvent
 }
 
 func (o *pauseCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
@@ -99,11 +103,11 @@ func (o *pauseCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message)
 }
 func (o *pauseCounter) TxEnd(context.Context, *inbox.TxEvent)                {}
 func (o *pauseCounter) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *pauseCounter) Resumed(context.Context, *inbox.PauseEvent)           {}
-func (o *pauseCounter) Paused(_ context.Context, e *inbox.PauseEvent) {
+func (o *pauseCounter) Resumed(context.Context, *inboxtransport.PauseEvent)  {}
+func (o *pauseCounter) Paused(_ context.Context, e *inboxtransport.PauseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if e.Cause == inbox.PauseStreak {
+	if e.Cause == inboxtransport.PauseStreak {
 		if o.streak == 0 {
 			o.first = *e
 		}

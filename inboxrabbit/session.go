@@ -37,6 +37,13 @@ type session struct {
 	conn       *amqp.Connection
 	ch         *amqp.Channel
 	deliveries <-chan amqp.Delivery
+	// ready holds up to Prefetch deliveries that arrived and wait for a
+	// worker. amqp091-go hands deliveries over one at a time through an
+	// unbuffered channel, so a worker that took one would find none
+	// ready behind it and process a batch of one; a pump moves them here
+	// as they arrive, so that a worker fills its batch from what is
+	// already here, without waiting. It is closed when deliveries is.
+	ready chan amqp.Delivery
 
 	// dead is set, and done closed, once the channel or the connection
 	// closed, for whatever reason.
@@ -99,6 +106,21 @@ func (c *Consumer[TTx]) connect(ctx context.Context) (*session, error) {
 		s.close()
 		return nil, fmt.Errorf("consume %s: %w", c.config.Queue, err)
 	}
+	s.ready = make(chan amqp.Delivery, c.config.Prefetch)
+	s.watched.Go(func() {
+		// The broker sends at most Prefetch unacknowledged deliveries,
+		// so ready never blocks the pump for long; when the channel
+		// closes, deliveries is closed and so is ready. Deliveries left
+		// in ready are requeued by the broker with the channel.
+		defer close(s.ready)
+		for d := range s.deliveries {
+			select {
+			case s.ready <- d:
+			case <-s.done:
+				return
+			}
+		}
+	})
 	return s, nil
 }
 

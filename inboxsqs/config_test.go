@@ -82,10 +82,11 @@ func TestNewDelivery(t *testing.T) {
 	require.Equal(t, "order-7", d.group)
 	require.Equal(t, "rh", d.handle)
 	require.Equal(t, received, d.extended)
-	require.Equal(t, inbox.Source{Transport: "sqs", Queue: "https://q", BrokerID: "m-1"}, d.msg.Source)
-	require.Equal(t, `{"event_id":"x"}`, string(d.msg.Payload))
-	require.Equal(t, map[string]string{"event-id": "abc", "amount": "12", "sig": "/wA="}, d.msg.Headers)
-	require.Empty(t, d.msg.ID, "the KeyFunc sets the id, not the receive")
+	require.Equal(t, inbox.Source{Transport: "sqs", Queue: "https://q", BrokerID: "m-1", Redelivered: true, Attempt: 4}, d.tr.Message.Source)
+	require.Equal(t, "m-1", d.tr.Track, "counted by MessageId across receives")
+	require.Equal(t, `{"event_id":"x"}`, string(d.tr.Message.Payload))
+	require.Equal(t, map[string]string{"event-id": "abc", "amount": "12", "sig": "/wA="}, d.tr.Message.Headers)
+	require.Empty(t, d.tr.Message.ID, "the KeyFunc sets the id, not the receive")
 
 	for _, count := range []string{"", "0", "x", "-3"} {
 		require.Equal(t, 1, receiveCount(map[string]string{"ApproximateReceiveCount": count}), count)

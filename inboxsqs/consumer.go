@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // sqsAPI is the part of *sqs.Client a Consumer calls.
@@ -51,16 +52,10 @@ type Consumer[TTx any] struct {
 
 	running atomic.Bool
 
-	// breaker judges failures and keeps the consumer's outage and streak.
-	breaker *inbox.Breaker
-	// excused counts, per SQS MessageId, the receives of a message that
-	// were not attempts, which its ApproximateReceiveCount includes.
-	excused *receiveCounts
-
-	// pauseMu guards the pause after the store was found unavailable.
-	pauseMu     sync.Mutex
-	pauseUntil  time.Time
-	pauseLength time.Duration
+	// policy keys, processes, judges and dead-letters what is received,
+	// and counts each message's receives that were not attempts, which
+	// its ApproximateReceiveCount includes.
+	policy *inboxtransport.Policy[TTx, *delivery]
 }
 
 // New returns a consumer of config.QueueURL over sqsClient, the caller's
@@ -90,7 +85,7 @@ func newConsumer[TTx any](api sqsAPI, client *inbox.Client[TTx], handler inbox.H
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer[TTx]{
+	c := &Consumer[TTx]{
 		api:     api,
 		client:  client,
 		handler: handler,
@@ -98,14 +93,29 @@ func newConsumer[TTx any](api sqsAPI, client *inbox.Client[TTx], handler inbox.H
 		fifo:    isFIFO(cfg.QueueURL),
 		logger:  logger,
 		leases:  newLeases(),
-		breaker: client.NewBreaker(cfg.Consumer, logger),
-		excused: newReceiveCounts(maxExcused),
-	}, nil
+	}
+	policy, err := inboxtransport.NewPolicy(inboxtransport.Config[TTx, *delivery]{
+		Client:          client,
+		Handler:         handler,
+		Consumer:        cfg.Consumer,
+		Key:             cfg.Key,
+		MaxAttempts:     cfg.MaxReceives,
+		RetryBackoff:    cfg.RetryBackoff,
+		MaxRetryBackoff: cfg.MaxRetryBackoff,
+		Name:            "inboxsqs",
+		Logger:          logger,
+		DeadLetter:      c.deadLetter,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.policy = policy
+	return c, nil
 }
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inbox.Breaker { return c.breaker }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.policy.Breaker() }
 
 // Config returns the consumer's configuration with defaults applied.
 func (c *Consumer[TTx]) Config() Config { return c.config }
@@ -127,37 +137,20 @@ func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	}
 	defer c.running.Store(false)
 
-	// workCtx carries ctx's values (fault hooks, trace context) but
-	// outlives it by ShutdownTimeout, so that work in progress can finish.
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	workersDone := make(chan struct{})
-	var bg sync.WaitGroup
-	bg.Go(func() {
-		select {
-		case <-workersDone:
-			return
-		case <-ctx.Done():
-		}
-		grace := time.NewTimer(c.config.ShutdownTimeout)
-		defer grace.Stop()
-		select {
-		case <-workersDone:
-		case <-grace.C:
-			cancelWork()
-		}
-	})
+	// Work in progress gets ShutdownTimeout to finish.
+	workCtx, finish := inboxtransport.WorkContext(ctx, c.config.ShutdownTimeout)
+	defer finish()
 	hbCtx, stopHeartbeat := context.WithCancel(workCtx)
-	bg.Go(func() { c.heartbeat(hbCtx) })
+	var hb sync.WaitGroup
+	hb.Go(func() { c.heartbeat(hbCtx) })
 
 	if c.fifo {
 		c.runFIFO(ctx, workCtx)
 	} else {
 		c.runStandard(ctx, workCtx)
 	}
-	close(workersDone)
 	stopHeartbeat()
-	bg.Wait()
+	hb.Wait()
 	return nil
 }
 
@@ -219,7 +212,7 @@ func (c *Consumer[TTx]) runFIFO(ctx, workCtx context.Context) {
 func (c *Consumer[TTx]) poll(ctx context.Context, want func() int, got func([]*delivery)) {
 	backoff := receiveErrorBackoff
 	for {
-		c.waitPause(ctx)
+		c.policy.Wait(ctx)
 		n := want()
 		if ctx.Err() != nil || n <= 0 {
 			return
@@ -232,13 +225,13 @@ func (c *Consumer[TTx]) poll(ctx context.Context, want func() int, got func([]*d
 			return
 		case err != nil:
 			c.logger.WarnContext(ctx, "inboxsqs: receive failed", "queue", c.config.QueueURL, "backoff", backoff, "err", err)
-			sleep(ctx, backoff)
+			inboxtransport.Sleep(ctx, backoff)
 			backoff = min(backoff*2, maxReceiveErrorBackoff)
 			continue
 		}
 		backoff = receiveErrorBackoff
 		if len(ds) > 0 {
-			c.leases.add(ds...)
+			c.leases.Add(ds...)
 			got(ds)
 		}
 	}
@@ -268,43 +261,4 @@ func (c *Consumer[TTx]) receive(ctx context.Context, n int) ([]*delivery, error)
 		ds = append(ds, newDelivery(c.config.QueueURL, m, start))
 	}
 	return ds, nil
-}
-
-// pauseFor pauses receiving after the store was found unavailable, for
-// RetryBackoff, doubling while it stays unavailable. ok resets it.
-func (c *Consumer[TTx]) pauseFor(unavailable bool) {
-	c.pauseMu.Lock()
-	defer c.pauseMu.Unlock()
-	if !unavailable {
-		c.pauseLength = 0
-		return
-	}
-	if c.pauseLength == 0 {
-		c.pauseLength = c.config.RetryBackoff
-	} else {
-		c.pauseLength = min(c.pauseLength*2, c.config.MaxRetryBackoff)
-	}
-	c.pauseUntil = time.Now().Add(c.pauseLength)
-}
-
-// waitPause waits out a pause after the store was unavailable, and the
-// streak breaker's pause.
-func (c *Consumer[TTx]) waitPause(ctx context.Context) {
-	c.pauseMu.Lock()
-	d := time.Until(c.pauseUntil)
-	c.pauseMu.Unlock()
-	d = max(d, c.breaker.Paused())
-	if d > 0 {
-		sleep(ctx, d)
-	}
-}
-
-// sleep waits for d or until ctx is done.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

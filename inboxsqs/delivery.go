@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // Transport is the inbox.Source.Transport of the messages this package
@@ -20,10 +21,10 @@ const Transport = "sqs"
 // receive until it is deleted or handed back to the queue.
 type delivery struct {
 	raw      types.Message
-	msg      inbox.Message // ID is empty until the KeyFunc ran
-	handle   string        // receipt handle
-	receives int           // ApproximateReceiveCount
-	group    string        // MessageGroupId; "" on a standard queue
+	tr       inboxtransport.Delivery // its message; ID is empty until the KeyFunc ran
+	handle   string                  // receipt handle
+	receives int                     // ApproximateReceiveCount
+	group    string                  // MessageGroupId; "" on a standard queue
 
 	// mu serialises the changes of this delivery's visibility: a
 	// heartbeat never runs concurrently with, or after, the delete or
@@ -35,23 +36,32 @@ type delivery struct {
 }
 
 func newDelivery(queueURL string, m types.Message, received time.Time) *delivery {
+	receives := receiveCount(m.Attributes)
 	return &delivery{
 		raw: m,
-		msg: inbox.Message{
-			Payload: []byte(aws.ToString(m.Body)),
-			Headers: headers(m.MessageAttributes),
-			Source: inbox.Source{
-				Transport: Transport,
-				Queue:     queueURL,
-				BrokerID:  aws.ToString(m.MessageId),
+		tr: inboxtransport.Delivery{
+			Message: inbox.Message{
+				Payload: []byte(aws.ToString(m.Body)),
+				Headers: headers(m.MessageAttributes),
+				Source: inbox.Source{
+					Transport:   Transport,
+					Queue:       queueURL,
+					BrokerID:    aws.ToString(m.MessageId),
+					Redelivered: receives > 1,
+					Attempt:     receives,
+				},
 			},
+			Track: aws.ToString(m.MessageId),
 		},
 		handle:   aws.ToString(m.ReceiptHandle),
-		receives: receiveCount(m.Attributes),
+		receives: receives,
 		group:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
 		extended: received,
 	}
 }
+
+// Delivery returns the delivery as the policy sees it.
+func (d *delivery) Delivery() *inboxtransport.Delivery { return &d.tr }
 
 // headers turns message attributes into inbox headers: string and number
 // attributes by their value, binary ones in standard base64.

@@ -64,8 +64,8 @@
 // With Config.DeadLetterQueueURL a copy is also sent to that queue, after
 // the store has it and before the original is deleted: a copy alone would
 // leave the original looping. Whose fault a failure is decides, through
-// the consumer's inbox.Breaker, which every transport adapter shares (see
-// inbox.Judge). A failure that says nothing about the message never
+// the delivery policy that every transport adapter shares (package
+// inboxtransport; see inbox.Judge). A failure that says nothing about the message never
 // dead-letters it and is not an attempt: a failure of the inbox's own work
 // (begin, claim, commit, the dead-letter write, a ledger) whatever its
 // code, a broken connection under the handler, a failure the handler

@@ -34,14 +34,14 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 func fifoDelivery(group string, n int) *delivery {
 	d := &delivery{group: group}
-	d.msg.Source.BrokerID = fmt.Sprintf("%s/%d", group, n)
+	d.tr.Message.Source.BrokerID = fmt.Sprintf("%s/%d", group, n)
 	return d
 }
 
 func brokerIDs(ds []*delivery) []string {
 	var out []string
 	for _, d := range ds {
-		out = append(out, d.msg.Source.BrokerID)
+		out = append(out, d.tr.Message.Source.BrokerID)
 	}
 	return out
 }
@@ -211,7 +211,7 @@ func TestSequencerKeepsOrderWithConcurrentWorkers(t *testing.T) {
 				}
 				for _, d := range run {
 					var n int
-					_, err := fmt.Sscanf(d.msg.Source.BrokerID, key+"/%d", &n)
+					_, err := fmt.Sscanf(d.tr.Message.Source.BrokerID, key+"/%d", &n)
 					if err != nil {
 						t.Error(err)
 					}

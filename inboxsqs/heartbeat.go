@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // leases holds the deliveries a consumer has received and not yet settled,
@@ -17,34 +17,16 @@ import (
 // that was last extended HeartbeatInterval ago, whether its handler is
 // running or it waits for its group.
 type leases struct {
-	mu   sync.Mutex
-	held map[*delivery]struct{}
+	inboxtransport.Held[*delivery]
 }
 
-func newLeases() *leases {
-	return &leases{held: make(map[*delivery]struct{})}
-}
-
-func (l *leases) add(ds ...*delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, d := range ds {
-		l.held[d] = struct{}{}
-	}
-}
-
-func (l *leases) remove(d *delivery) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.held, d)
-}
+func newLeases() *leases { return &leases{} }
 
 // due returns the held deliveries last extended at or before cutoff.
 func (l *leases) due(cutoff time.Time) []*delivery {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []*delivery
-	for d := range l.held {
+	held := l.All()
+	out := held[:0]
+	for _, d := range held {
 		d.mu.Lock()
 		if !d.settled && !d.lost && !d.extended.After(cutoff) {
 			out = append(out, d)
@@ -103,10 +85,10 @@ func (c *Consumer[TTx]) extend(ctx context.Context, d *delivery) {
 		// delivery a skip or waits for this one's claim.
 		d.lost = true
 		c.logger.WarnContext(ctx, "inboxsqs: lost a message's visibility: it may be delivered again",
-			"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "err", err)
+			"queue", c.config.QueueURL, "message_id", d.tr.Message.Source.BrokerID, "err", err)
 	default:
 		c.logger.WarnContext(ctx, "inboxsqs: heartbeat failed", "queue", c.config.QueueURL,
-			"message_id", d.msg.Source.BrokerID, "err", err)
+			"message_id", d.tr.Message.Source.BrokerID, "err", err)
 	}
 }
 
@@ -131,4 +113,11 @@ func notInFlight(err error) bool {
 // seconds converts d, whole seconds, to the int32 the SQS API takes.
 func seconds(d time.Duration) int32 {
 	return int32(d / time.Second)
+}
+
+// ceilSeconds rounds d up to whole seconds, at least one: SQS counts
+// visibility in seconds, and 0 would make a message visible at once.
+func ceilSeconds(d time.Duration) time.Duration {
+	s := (d + time.Second - 1) / time.Second
+	return max(s, 1) * time.Second
 }

@@ -12,11 +12,12 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/require"
 )
 
 // A custom KeyFunc's plain error is the message's: dead-lettered at once as
-// malformed_id, as inboxkafka does.
+// malformed_id with no attempt, as on every transport.
 func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	h := newHarness(t)
 	q := h.createQueue("keyfunc", false)
@@ -39,6 +40,7 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, inbox.ReasonMalformedID, ds[0].Reason)
+	require.Equal(t, 0, ds[0].Attempts, "its handler never ran")
 	require.Contains(t, ds[0].Error, "encrypted with a key we lost")
 }
 
@@ -46,7 +48,7 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 type pauseCounter struct {
 	mu     sync.Mutex
 	streak int
-	first  inbox.PauseEvent
+	first  inboxtransport.PauseEvent
 }
 
 func (o *pauseCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
@@ -54,11 +56,11 @@ func (o *pauseCounter) TxStart(ctx context.Context, _ string, _ []inbox.Message)
 }
 func (o *pauseCounter) TxEnd(context.Context, *inbox.TxEvent)                {}
 func (o *pauseCounter) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
-func (o *pauseCounter) Resumed(context.Context, *inbox.PauseEvent)           {}
-func (o *pauseCounter) Paused(_ context.Context, e *inbox.PauseEvent) {
+func (o *pauseCounter) Resumed(context.Context, *inboxtransport.PauseEvent)  {}
+func (o *pauseCounter) Paused(_ context.Context, e *inboxtransport.PauseEvent) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if e.Cause == inbox.PauseStreak {
+	if e.Cause == inboxtransport.PauseStreak {
 		if o.streak == 0 {
 			o.first = *e
 		}

@@ -246,8 +246,9 @@ func (r *recorder) guardDeletes(t *testing.T, fn func(bodies []string)) {
 }
 
 // receiveCounter gives the messages of the outage matrix's queues (named
-// outage-…) the ApproximateReceiveCount that goaws does not keep (it says
-// 1): how many times the queue has handed each one out. The matrix checks
+// outage-…), and of queues named counted-…, the ApproximateReceiveCount
+// that goaws does not keep (it says 1): how many times the queue has
+// handed each one out. The matrix checks
 // that a poison message is dead-lettered after exactly MaxReceives
 // attempts, whatever receives an outage cost it.
 type receiveCounter struct {
@@ -265,7 +266,7 @@ func (rc *receiveCounter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	req.Body = io.NopCloser(bytes.NewReader(reqBody))
 	var in struct{ QueueUrl string }
 	_ = json.Unmarshal(reqBody, &in)
-	if !strings.Contains(in.QueueUrl, "/outage-") {
+	if !strings.Contains(in.QueueUrl, "/outage-") && !strings.Contains(in.QueueUrl, "/counted-") {
 		rc.next.ServeHTTP(w, req)
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
@@ -24,102 +25,36 @@ type runResult struct {
 	retryFrom time.Time
 }
 
-// processRun processes a run of deliveries through the inbox, as one batch
-// (ProcessBatchOrdered when ordered), and settles each: delete what
-// committed, dead-letter and delete what never will, set a backoff
-// visibility on what may succeed later, release what shutdown cancelled.
+// processRun processes a run of deliveries through the inbox's shared
+// delivery policy, as one batch (in order when ordered), and settles each:
+// delete what committed or was dead-lettered, set a backoff visibility on
+// what may succeed later, release what shutdown cancelled.
 func (c *Consumer[TTx]) processRun(ctx context.Context, run []*delivery, ordered bool) runResult {
-	errs := make([]error, len(run))
-	batch := make([]inbox.Message, 0, len(run))
-	at := make([]int, 0, len(run))
-	for i, d := range run {
-		id, err := c.client.Key(c.config.Key, d.msg)
-		if err != nil {
-			errs[i] = fmt.Errorf("inboxsqs: key of message %s: %w", d.msg.Source.BrokerID, err)
-			continue
-		}
-		d.msg.ID = id
-		batch = append(batch, d.msg)
-		at = append(at, i)
-	}
-	if len(batch) > 0 {
-		var results []inbox.BatchResult
-		var err error
-		if ordered {
-			results, err = c.client.ProcessBatchOrdered(ctx, c.config.Consumer, batch, c.handler)
-		} else {
-			results, err = c.client.ProcessBatch(ctx, c.config.Consumer, batch, c.handler)
-		}
-		for k, i := range at {
-			if err != nil {
-				errs[i] = err
-			} else {
-				errs[i] = results[k].Err
-			}
-		}
-	}
-	cancelled := ctx.Err() != nil
-
 	var res runResult
 	var del, retry, release []*delivery
-	unavailable, committed := false, false
-	for i, d := range run {
-		// This receive is an attempt, whatever the counts say.
-		attempt := max(d.receives-c.excused.get(d.msg.Source.BrokerID), 1)
-		act, dec := decide(ctx, c.breaker, d.msg, errs[i], attempt, c.config.MaxReceives, cancelled)
-		switch act {
-		case actDelete:
-			committed = true
-			c.breaker.Succeeded(ctx)
+	var delays []time.Duration
+	for i, s := range c.policy.Process(ctx, run, ordered) {
+		d := run[i]
+		switch s.Verdict {
+		case inboxtransport.Ack, inboxtransport.DeadLettered:
 			del = append(del, d)
-		case actDeadLetter:
-			if err := c.deadLetter(ctx, d, dec.Reason, errs[i], attempt); err != nil {
-				// The store's failure, logged once per outage by the
-				// breaker.
-				dd := c.breaker.Decide(ctx, d.msg, err, 0, 0)
-				c.logger.DebugContext(ctx, "inboxsqs: could not dead-letter a message; it will be retried",
-					"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "reason", dec.Reason, "err", err)
-				unavailable = unavailable || dd.Fault == inbox.FaultStore || dd.Fault == inbox.FaultSystemic
-				c.excused.add(d.msg.Source.BrokerID)
-				retry = append(retry, d)
-				continue
-			}
-			del = append(del, d)
-		case actRetry:
-			if dec.Action == inbox.ActionRetry {
-				c.logger.WarnContext(ctx, "inboxsqs: message failed; it will be retried",
-					"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "id", d.msg.ID,
-					"attempt", attempt, "err", errs[i])
-			} else {
-				// Not an attempt: the store's fault (logged once per
-				// outage by the breaker), a dependency's, a concurrent
-				// delivery's, or the streak breaker is open.
-				c.excused.add(d.msg.Source.BrokerID)
-				unavailable = unavailable || dec.Fault == inbox.FaultStore || dec.Fault == inbox.FaultSystemic
-			}
-			retry = append(retry, d)
-		case actRelease:
-			c.excused.add(d.msg.Source.BrokerID)
+		case inboxtransport.Retry:
+			retry, delays = append(retry, d), append(delays, ceilSeconds(s.Delay))
+		case inboxtransport.Release:
 			release = append(release, d)
-		case actRequeue:
+		case inboxtransport.Requeue:
 			res.requeue = append(res.requeue, d)
 		}
 	}
-	c.pauseFor(unavailable && !committed)
-
 	if len(del) > 0 {
 		fault.Inject(ctx, fault.AfterCommitBeforeAck)
-		for _, d := range del {
-			c.excused.forget(d.msg.Source.BrokerID)
-		}
 		c.delete(ctx, del)
 	}
 	if len(retry) > 0 {
 		res.retryFrom = time.Now()
-		for _, d := range retry {
-			delay := retryDelay(c.config.RetryBackoff, c.config.MaxRetryBackoff, d.receives)
-			c.handBack(ctx, []*delivery{d}, delay)
-			res.retry = max(res.retry, delay)
+		for i, d := range retry {
+			c.handBack(ctx, []*delivery{d}, delays[i])
+			res.retry = max(res.retry, delays[i])
 		}
 	}
 	if len(release) > 0 {
@@ -131,17 +66,8 @@ func (c *Consumer[TTx]) processRun(ctx context.Context, run []*delivery, ordered
 // deadLetter stores d in the dead-letter store and, when one is configured,
 // sends a copy to the dead-letter queue. The caller deletes d only when it
 // returns nil.
-func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason string, cause error, attempts int) error {
-	sctx, cancel := settleContext(ctx)
-	defer cancel()
-	err := c.client.DeadLetter(sctx, inbox.DeadLetterParams{
-		Consumer: c.config.Consumer,
-		Message:  d.msg,
-		Reason:   reason,
-		Err:      cause,
-		Attempts: attempts,
-	})
-	if err != nil {
+func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, p *inbox.DeadLetterParams, store func(*inbox.DeadLetterParams) error) error {
+	if err := store(p); err != nil {
 		return err
 	}
 	if c.config.DeadLetterQueueURL == "" {
@@ -160,7 +86,7 @@ func (c *Consumer[TTx]) deadLetter(ctx context.Context, d *delivery, reason stri
 		in.MessageGroupId = aws.String(group)
 		in.MessageDeduplicationId = d.raw.MessageId
 	}
-	if _, err := c.api.SendMessage(sctx, in); err != nil {
+	if _, err := c.api.SendMessage(ctx, in); err != nil {
 		return fmt.Errorf("inboxsqs: send to the dead-letter queue %s: %w", c.config.DeadLetterQueueURL, err)
 	}
 	return nil
@@ -192,7 +118,7 @@ func (c *Consumer[TTx]) delete(ctx context.Context, ds []*delivery) {
 		if !d.settle() {
 			continue
 		}
-		c.leases.remove(d)
+		c.leases.Remove(d)
 		id := strconv.Itoa(i)
 		byID[id] = d
 		entries = append(entries, types.DeleteMessageBatchRequestEntry{Id: aws.String(id), ReceiptHandle: aws.String(d.handle)})
@@ -216,7 +142,7 @@ func (c *Consumer[TTx]) delete(ctx context.Context, ds []*delivery) {
 			d := byID[aws.ToString(f.Id)]
 			messageID := ""
 			if d != nil {
-				messageID = d.msg.Source.BrokerID
+				messageID = d.tr.Message.Source.BrokerID
 			}
 			c.logger.WarnContext(ctx, "inboxsqs: delete failed; the message will be delivered again and skipped",
 				"queue", c.config.QueueURL, "message_id", messageID, "code", aws.ToString(f.Code), "err", aws.ToString(f.Message))
@@ -235,7 +161,7 @@ func (c *Consumer[TTx]) handBack(ctx context.Context, ds []*delivery, wait time.
 		if !d.settle() {
 			continue
 		}
-		c.leases.remove(d)
+		c.leases.Remove(d)
 		sctx, cancel := settleContext(ctx)
 		_, err := c.api.ChangeMessageVisibility(sctx, &sqs.ChangeMessageVisibilityInput{
 			QueueUrl:          aws.String(c.config.QueueURL),
@@ -245,7 +171,7 @@ func (c *Consumer[TTx]) handBack(ctx context.Context, ds []*delivery, wait time.
 		cancel()
 		if err != nil {
 			c.logger.WarnContext(ctx, "inboxsqs: could not change a message's visibility; it comes back when its timeout expires",
-				"queue", c.config.QueueURL, "message_id", d.msg.Source.BrokerID, "visibility", timeout, "err", err)
+				"queue", c.config.QueueURL, "message_id", d.tr.Message.Source.BrokerID, "visibility", timeout, "err", err)
 		}
 	}
 }

@@ -9,10 +9,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -211,7 +211,7 @@ func tally(events []event, applied map[string]int, balances map[int]int64, dead 
 	for _, e := range events {
 		sent[e.ID] = true
 		if e.Crash != "" {
-			if dead[e.ID] == inbox.ReasonCrashedConsumer {
+			if dead[e.ID] == inboxtransport.ReasonCrashedConsumer {
 				res.CrashPoisonDeadLettered++
 			}
 			if applied[e.ID] > 0 {

@@ -1,4 +1,4 @@
-package inbox
+package inboxtransport
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/txinbox/inbox"
 )
 
 // maxStreakPauseDoublings caps the doubling of Config.StreakPause while the
@@ -54,8 +56,8 @@ func (a Action) String() string {
 // Decision is what becomes of a message that failed.
 type Decision struct {
 	Action Action
-	// Fault is whose fault the failure was (Judge).
-	Fault Fault
+	// Fault is whose fault the failure was (inbox.Judge).
+	Fault inbox.Fault
 	// Reason is the dead-letter reason, with ActionDeadLetter.
 	Reason string
 	// Tripped reports that the streak breaker is open: the failure was the
@@ -65,14 +67,14 @@ type Decision struct {
 }
 
 // Breaker holds the delivery policy that transport adapters share for one
-// consumer: whose fault a failure is (Judge), when a message has used up
+// consumer: whose fault a failure is (inbox.Judge), when a message has used up
 // its attempts, when the store is down, and the streak breaker. Each
 // adapter's consumer makes one with Client.NewBreaker and asks it about
 // every failure (Decide) and every success (Succeeded), so that no two
 // adapters decide differently.
 //
-// A store outage (FaultStore, FaultSystemic, and claims that time out
-// waiting for a lock, FaultContention) is logged once when it begins, at
+// A store outage (inbox.FaultStore, inbox.FaultSystemic, and claims that time out
+// waiting for a lock, inbox.FaultContention) is logged once when it begins, at
 // Warn, and once when it ends, at Info, and reported to a BreakerObserver;
 // each failure in between is logged at Debug only.
 //
@@ -108,39 +110,41 @@ type Breaker struct {
 	outageSince    time.Time
 	outageLast     time.Time
 	outageFailures int
-	outageFault    Fault
+	outageFault    inbox.Fault
 	outageErr      error
 }
 
-// NewBreaker returns the Breaker of consumer, with the streak settings of
-// the client's Config, reporting to Config.Observer when it is a
-// BreakerObserver. logger receives its logs; nil uses Config.Logger.
-func (c *Client[TTx]) NewBreaker(consumer string, logger *slog.Logger) *Breaker {
-	cfg := c.config
-	if logger != nil {
-		cfg.Logger = logger
-	}
-	return NewBreaker(consumer, &cfg)
-}
-
 // NewBreaker returns a Breaker for consumer with config's StreakLimit,
-// StreakPause, Observer, Now and Logger; a nil config takes the defaults.
-// Transport adapters make theirs with Client.NewBreaker.
-func NewBreaker(consumer string, config *Config) *Breaker {
-	cfg := config.withDefaults()
-	logger := cfg.Logger
+// StreakPause, Observer, Now and Logger, as a client's Config holds them
+// (inbox.Client.Config): zero values take the defaults. logger receives
+// its logs; nil uses config.Logger, and nil there is silent. A Policy
+// makes its own.
+func NewBreaker(consumer string, config inbox.Config, logger *slog.Logger) *Breaker {
+	if logger == nil {
+		logger = config.Logger
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	limit, pause, now := config.StreakLimit, config.StreakPause, config.Now
+	if limit == 0 {
+		limit = inbox.DefaultStreakLimit
+	}
+	if pause <= 0 {
+		pause = inbox.DefaultStreakPause
+	}
+	if now == nil {
+		now = time.Now
+	}
 	b := &Breaker{
 		consumer: consumer,
-		limit:    cfg.StreakLimit,
-		pause:    cfg.StreakPause,
+		limit:    max(limit, 0),
+		pause:    pause,
 		logger:   logger,
-		now:      cfg.Now,
+		now:      now,
 		ids:      map[string]struct{}{},
 	}
-	b.obs, _ = cfg.Observer.(BreakerObserver)
+	b.obs, _ = config.Observer.(BreakerObserver)
 	return b
 }
 
@@ -150,25 +154,25 @@ func NewBreaker(consumer string, config *Config) *Breaker {
 // message whose attempt reaches maxAttempts is dead-lettered. err must not
 // be nil, nor a failure of the adapter's own shutdown: the adapter handles
 // those.
-func (b *Breaker) Decide(ctx context.Context, msg Message, err error, attempt, maxAttempts int) Decision {
-	f := Judge(err)
+func (b *Breaker) Decide(ctx context.Context, msg inbox.Message, err error, attempt, maxAttempts int) Decision {
+	f := inbox.Judge(err)
 	switch f {
-	case FaultPermanent:
-		return Decision{Action: ActionDeadLetter, Fault: f, Reason: DeadLetterReason(err)}
-	case FaultStore, FaultSystemic:
+	case inbox.FaultPermanent:
+		return Decision{Action: ActionDeadLetter, Fault: f, Reason: inbox.DeadLetterReason(err)}
+	case inbox.FaultStore, inbox.FaultSystemic:
 		b.storeFailed(ctx, f, err)
 		return Decision{Action: ActionHold, Fault: f}
-	case FaultContention:
-		if !errors.Is(err, ErrNotAttempted) {
+	case inbox.FaultContention:
+		if !errors.Is(err, inbox.ErrNotAttempted) {
 			b.storeFailed(ctx, f, err)
 		}
 		return Decision{Action: ActionHold, Fault: f}
-	case FaultMessage:
+	case inbox.FaultMessage:
 		if b.streak(ctx, msg.ID, err) {
 			return Decision{Action: ActionHold, Fault: f, Tripped: true}
 		}
 		if attempt >= maxAttempts {
-			return Decision{Action: ActionDeadLetter, Fault: f, Reason: ReasonMaxAttempts}
+			return Decision{Action: ActionDeadLetter, Fault: f, Reason: inbox.ReasonMaxAttempts}
 		}
 		return Decision{Action: ActionRetry, Fault: f}
 	}
@@ -182,7 +186,7 @@ func (b *Breaker) Succeeded(ctx context.Context) {
 	b.mu.Lock()
 	var events []func()
 	if b.tripped {
-		e := b.event(PauseStreak, FaultMessage, nil)
+		e := b.event(PauseStreak, inbox.FaultMessage, nil)
 		e.Failures = b.probes
 		b.logger.InfoContext(ctx, "inbox: a message succeeded; the consumer resumes, counting attempts again",
 			"consumer", b.consumer, "paused_for", b.now().Sub(b.since).Round(time.Millisecond), "probes", b.probes)
@@ -256,7 +260,7 @@ func (b *Breaker) State() BreakerState {
 
 // storeFailed records a failure of the store, and logs and reports the
 // beginning of an outage.
-func (b *Breaker) storeFailed(ctx context.Context, f Fault, err error) {
+func (b *Breaker) storeFailed(ctx context.Context, f inbox.Fault, err error) {
 	b.mu.Lock()
 	now := b.now()
 	b.outageLast = now
@@ -271,16 +275,16 @@ func (b *Breaker) storeFailed(ctx context.Context, f Fault, err error) {
 	b.mu.Unlock()
 	what := "inbox: the store is unavailable; pausing and trying again, without counting attempts"
 	switch f {
-	case FaultSystemic:
+	case inbox.FaultSystemic:
 		what = "inbox: the handler reports a dependency unavailable; pausing and trying again, without counting attempts"
-	case FaultContention:
+	case inbox.FaultContention:
 		what = "inbox: claims time out waiting for a lock (an in-flight delivery of the same message, or a lock on the inbox); trying again, without counting attempts"
 	}
 	b.logger.WarnContext(ctx, what, "consumer", b.consumer, "err", err)
 	b.report(ctx, true, e)
 }
 
-// streak records a failure of the message with id, of FaultMessage, and
+// streak records a failure of the message with id, of inbox.FaultMessage, and
 // reports whether the breaker is open.
 func (b *Breaker) streak(ctx context.Context, id string, err error) bool {
 	if b.limit <= 0 {
@@ -312,7 +316,7 @@ func (b *Breaker) streak(ctx context.Context, id string, err error) bool {
 		return false
 	}
 	b.until = now.Add(b.curr)
-	e := b.event(PauseStreak, FaultMessage, err)
+	e := b.event(PauseStreak, inbox.FaultMessage, err)
 	e.Failures = b.probes
 	pause, probes := b.curr, b.probes
 	b.mu.Unlock()
@@ -328,7 +332,7 @@ func (b *Breaker) streak(ctx context.Context, id string, err error) bool {
 }
 
 // event describes the breaker's state; the caller holds b.mu.
-func (b *Breaker) event(cause PauseCause, f Fault, err error) *PauseEvent {
+func (b *Breaker) event(cause PauseCause, f inbox.Fault, err error) *PauseEvent {
 	e := &PauseEvent{Consumer: b.consumer, Cause: cause, Fault: f, Err: err, Streak: len(b.ids), StreakClass: b.class}
 	if cause == PauseStreak {
 		e.Since, e.Pause = b.since, b.curr

@@ -1,4 +1,4 @@
-package inbox
+package inboxtransport
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -38,11 +39,11 @@ type recordingObserver struct {
 	resumed []PauseEvent
 }
 
-func (o *recordingObserver) TxStart(ctx context.Context, _ string, _ []Message) context.Context {
+func (o *recordingObserver) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
 	return ctx
 }
-func (o *recordingObserver) TxEnd(context.Context, *TxEvent)                {}
-func (o *recordingObserver) DeadLettered(context.Context, *DeadLetterEvent) {}
+func (o *recordingObserver) TxEnd(context.Context, *inbox.TxEvent)                {}
+func (o *recordingObserver) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
 func (o *recordingObserver) Paused(_ context.Context, e *PauseEvent) {
 	o.mu.Lock()
 	o.paused = append(o.paused, *e)
@@ -82,12 +83,12 @@ func newTestBreaker(limit int) (*Breaker, *testClock, *recordingObserver, *logCo
 	clock := &testClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	obs := &recordingObserver{}
 	logs := &logCounter{}
-	b := NewBreaker("billing", &Config{StreakLimit: limit, StreakPause: time.Second, Now: clock.Now, Observer: obs, Logger: slog.New(logs)})
+	b := NewBreaker("billing", inbox.Config{StreakLimit: limit, StreakPause: time.Second, Now: clock.Now, Observer: obs, Logger: slog.New(logs)}, nil)
 	return b, clock, obs, logs
 }
 
 func handlerFailure(text string) error {
-	return atStage(StageHandler, fmt.Errorf("handler: %w", errors.New(text)))
+	return stageErr(inbox.StageHandler, fmt.Errorf("handler: %w", errors.New(text)))
 }
 
 // TestBreakerOutageLogsOnce: a store outage is logged and reported once
@@ -97,11 +98,11 @@ func TestBreakerOutageLogsOnce(t *testing.T) {
 	t.Parallel()
 	b, clock, obs, logs := newTestBreaker(3)
 	ctx := context.Background()
-	claim := atStage(StageClaim, fmt.Errorf("claim: %w", ErrPermissionDenied))
+	claim := stageErr(inbox.StageClaim, fmt.Errorf("claim: %w", inbox.ErrPermissionDenied))
 	for i := range 50 {
-		d := b.Decide(ctx, Message{ID: fmt.Sprint(i)}, claim, 1_000, 1)
+		d := b.Decide(ctx, inbox.Message{ID: fmt.Sprint(i)}, claim, 1_000, 1)
 		require.Equal(t, ActionHold, d.Action, "a store failure is never an attempt, even past MaxAttempts")
-		require.Equal(t, FaultStore, d.Fault)
+		require.Equal(t, inbox.FaultStore, d.Fault)
 	}
 	require.Equal(t, 1, logs.count(slog.LevelWarn))
 	require.Len(t, obs.paused, 1)
@@ -132,20 +133,20 @@ func TestBreakerStreak(t *testing.T) {
 	// The same message failing again is no streak: it uses up its
 	// attempts and is dead-lettered.
 	for attempt := 1; attempt <= 4; attempt++ {
-		d := b.Decide(ctx, Message{ID: "poison"}, handlerFailure("bad payload"), attempt, 4)
+		d := b.Decide(ctx, inbox.Message{ID: "poison"}, handlerFailure("bad payload"), attempt, 4)
 		if attempt < 4 {
 			require.Equal(t, ActionRetry, d.Action)
 		} else {
 			require.Equal(t, ActionDeadLetter, d.Action)
-			require.Equal(t, ReasonMaxAttempts, d.Reason)
+			require.Equal(t, inbox.ReasonMaxAttempts, d.Reason)
 		}
 	}
 	require.Equal(t, 1, b.State().Streak)
 	// A different class starts a new streak.
-	require.Equal(t, ActionRetry, b.Decide(ctx, Message{ID: "a"}, handlerFailure("dial tcp 10.0.0.1:443: connection refused"), 1, 5).Action)
-	require.Equal(t, ActionRetry, b.Decide(ctx, Message{ID: "b"}, handlerFailure("dial tcp 10.0.0.2:443: connection refused"), 1, 5).Action)
+	require.Equal(t, ActionRetry, b.Decide(ctx, inbox.Message{ID: "a"}, handlerFailure("dial tcp 10.0.0.1:443: connection refused"), 1, 5).Action)
+	require.Equal(t, ActionRetry, b.Decide(ctx, inbox.Message{ID: "b"}, handlerFailure("dial tcp 10.0.0.2:443: connection refused"), 1, 5).Action)
 	require.Equal(t, 2, b.State().Streak, "addresses aside, one class")
-	d := b.Decide(ctx, Message{ID: "c"}, handlerFailure("dial tcp 10.0.0.3:443: connection refused"), 5, 5)
+	d := b.Decide(ctx, inbox.Message{ID: "c"}, handlerFailure("dial tcp 10.0.0.3:443: connection refused"), 5, 5)
 	require.Equal(t, ActionHold, d.Action, "the third distinct message opens the breaker: not an attempt, not dead-lettered at its last attempt")
 	require.True(t, d.Tripped)
 	require.Equal(t, time.Second, b.Paused())
@@ -154,17 +155,17 @@ func TestBreakerStreak(t *testing.T) {
 	require.Equal(t, 3, obs.paused[0].Streak)
 
 	// Tries that started before the pause fail too: the pause stands.
-	require.Equal(t, ActionHold, b.Decide(ctx, Message{ID: "d"}, handlerFailure("dial tcp 10.0.0.4:443: connection refused"), 9, 5).Action)
+	require.Equal(t, ActionHold, b.Decide(ctx, inbox.Message{ID: "d"}, handlerFailure("dial tcp 10.0.0.4:443: connection refused"), 9, 5).Action)
 	require.Len(t, obs.paused, 1)
 	// A probe after the pause fails: twice the pause.
 	clock.advance(time.Second)
 	require.Zero(t, b.Paused())
-	require.Equal(t, ActionHold, b.Decide(ctx, Message{ID: "e"}, handlerFailure("connection refused"), 9, 5).Action)
+	require.Equal(t, ActionHold, b.Decide(ctx, inbox.Message{ID: "e"}, handlerFailure("connection refused"), 9, 5).Action)
 	require.Equal(t, 2*time.Second, b.Paused())
 	require.Equal(t, 1, b.State().Probes)
 	for range 10 {
 		clock.advance(b.Paused())
-		b.Decide(ctx, Message{ID: "e"}, handlerFailure("connection refused"), 9, 5)
+		b.Decide(ctx, inbox.Message{ID: "e"}, handlerFailure("connection refused"), 9, 5)
 	}
 	require.Equal(t, 16*time.Second, b.Paused(), "the pause stops doubling at 16 times")
 
@@ -172,14 +173,14 @@ func TestBreakerStreak(t *testing.T) {
 	require.Zero(t, b.Paused())
 	require.False(t, b.State().Tripped)
 	require.Len(t, obs.resumed, 1)
-	require.Equal(t, ActionRetry, b.Decide(ctx, Message{ID: "f"}, handlerFailure("connection refused"), 1, 5).Action, "attempts count again")
+	require.Equal(t, ActionRetry, b.Decide(ctx, inbox.Message{ID: "f"}, handlerFailure("connection refused"), 1, 5).Action, "attempts count again")
 }
 
 func TestBreakerDisabled(t *testing.T) {
 	t.Parallel()
 	b, _, _, _ := newTestBreaker(-1)
 	for i := range 20 {
-		require.Equal(t, ActionRetry, b.Decide(context.Background(), Message{ID: fmt.Sprint(i)}, handlerFailure("x"), 1, 2).Action)
+		require.Equal(t, ActionRetry, b.Decide(context.Background(), inbox.Message{ID: fmt.Sprint(i)}, handlerFailure("x"), 1, 2).Action)
 	}
 	require.Zero(t, b.Paused())
 }
@@ -198,3 +199,7 @@ type sqlStateError string
 
 func (e sqlStateError) Error() string    { return "sql error " + string(e) }
 func (e sqlStateError) SQLState() string { return string(e) }
+
+func stageErr(stage inbox.Stage, err error) error {
+	return &inbox.StageError{Stage: stage, Err: err}
+}
