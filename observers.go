@@ -5,8 +5,9 @@ import "context"
 // Observers returns an Observer that tells each of obs in turn, such as a
 // tracer and a metrics exporter together. TxStart passes each the context
 // the one before it returned; TxEnd gets the context the last returned.
-// It is also a BreakerObserver, telling those of obs that are. Nil
-// observers are left out.
+// The result has a method Unwrap() []Observer that returns obs, through
+// which inboxtransport's breaker tells those of obs that are its
+// BreakerObservers. Nil observers are left out.
 func Observers(obs ...Observer) Observer {
 	var m multiObserver
 	for _, o := range obs {
@@ -38,18 +39,6 @@ func (m multiObserver) DeadLettered(ctx context.Context, e *DeadLetterEvent) {
 	}
 }
 
-func (m multiObserver) Paused(ctx context.Context, e *PauseEvent) {
-	for _, o := range m {
-		if b, ok := o.(BreakerObserver); ok {
-			b.Paused(ctx, e)
-		}
-	}
-}
-
-func (m multiObserver) Resumed(ctx context.Context, e *PauseEvent) {
-	for _, o := range m {
-		if b, ok := o.(BreakerObserver); ok {
-			b.Resumed(ctx, e)
-		}
-	}
-}
+// Unwrap returns the observers m tells, so that a package with events of its
+// own (inboxtransport's breaker) can tell those of them that listen.
+func (m multiObserver) Unwrap() []Observer { return m }

@@ -12,9 +12,8 @@ type tagKey struct{}
 
 // tagger appends its tag to the context's and records what it saw.
 type tagger struct {
-	tag    string
-	ends   []string
-	pauses int
+	tag  string
+	ends []string
 }
 
 func (o *tagger) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
@@ -26,21 +25,14 @@ func (o *tagger) TxEnd(ctx context.Context, _ *inbox.TxEvent) {
 }
 func (o *tagger) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
 
-type breakerTagger struct{ tagger }
-
-func (o *breakerTagger) Paused(context.Context, *inbox.PauseEvent)  { o.pauses++ }
-func (o *breakerTagger) Resumed(context.Context, *inbox.PauseEvent) { o.pauses++ }
-
 func TestObservers(t *testing.T) {
-	a, b := &tagger{tag: "a"}, &breakerTagger{tagger{tag: "b"}}
+	a, b := &tagger{tag: "a"}, &tagger{tag: "b"}
 	obs := inbox.Observers(a, nil, b)
 	ctx := obs.TxStart(context.Background(), "c", nil)
 	obs.TxEnd(ctx, &inbox.TxEvent{})
 	require.Equal(t, []string{"ab"}, a.ends, "TxStart chains the contexts; TxEnd gets the last")
 	require.Equal(t, []string{"ab"}, b.ends)
-	bo, ok := obs.(inbox.BreakerObserver)
-	require.True(t, ok, "Observers is a BreakerObserver")
-	bo.Paused(ctx, &inbox.PauseEvent{})
-	bo.Resumed(ctx, &inbox.PauseEvent{})
-	require.Equal(t, 2, b.pauses)
+	u, ok := obs.(interface{ Unwrap() []inbox.Observer })
+	require.True(t, ok, "Observers unwraps to what it joined, for inboxtransport's breaker")
+	require.Len(t, u.Unwrap(), 2, "the nil observer is left out")
 }

@@ -30,6 +30,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -371,7 +372,7 @@ func DeadLetterReason(r string) string {
 	switch r {
 	case inbox.ReasonNoID, inbox.ReasonMalformedID, inbox.ReasonPermanent, inbox.ReasonMaxAttempts,
 		inbox.ReasonUnknownOutcome, inbox.ReasonExpiredID, inbox.ReasonFutureID, inbox.ReasonNotTimeOrdered,
-		inbox.ReasonCrashedConsumer:
+		inboxtransport.ReasonCrashedConsumer:
 		return r
 	}
 	return "other"

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -60,7 +61,7 @@ func DeadLetterReason(r string) string {
 	switch r {
 	case inbox.ReasonNoID, inbox.ReasonMalformedID, inbox.ReasonPermanent, inbox.ReasonMaxAttempts,
 		inbox.ReasonUnknownOutcome, inbox.ReasonExpiredID, inbox.ReasonFutureID, inbox.ReasonNotTimeOrdered,
-		inbox.ReasonCrashedConsumer:
+		inboxtransport.ReasonCrashedConsumer:
 		return r
 	}
 	return "other"

@@ -144,7 +144,7 @@ func NewBreaker(consumer string, config inbox.Config, logger *slog.Logger) *Brea
 		now:      now,
 		ids:      map[string]struct{}{},
 	}
-	b.obs, _ = config.Observer.(BreakerObserver)
+	b.obs = breakerObserver(config.Observer)
 	return b
 }
 
@@ -385,4 +385,40 @@ func errorClass(err error) string {
 		}
 	}
 	return fmt.Sprintf("%T: %s", leaf, strings.Join(words, " "))
+}
+
+// breakerObserver finds the BreakerObserver in o: o itself, or those of the
+// observers that inbox.Observers joined.
+func breakerObserver(o inbox.Observer) BreakerObserver {
+	if b, ok := o.(BreakerObserver); ok {
+		return b
+	}
+	u, ok := o.(interface{ Unwrap() []inbox.Observer })
+	if !ok {
+		return nil
+	}
+	var bs breakerObservers
+	for _, o := range u.Unwrap() {
+		if b := breakerObserver(o); b != nil {
+			bs = append(bs, b)
+		}
+	}
+	if len(bs) == 0 {
+		return nil
+	}
+	return bs
+}
+
+type breakerObservers []BreakerObserver
+
+func (bs breakerObservers) Paused(ctx context.Context, e *PauseEvent) {
+	for _, b := range bs {
+		b.Paused(ctx, e)
+	}
+}
+
+func (bs breakerObservers) Resumed(ctx context.Context, e *PauseEvent) {
+	for _, b := range bs {
+		b.Resumed(ctx, e)
+	}
 }

@@ -203,3 +203,27 @@ func (e sqlStateError) SQLState() string { return string(e) }
 func stageErr(stage inbox.Stage, err error) error {
 	return &inbox.StageError{Stage: stage, Err: err}
 }
+
+// TestBreakerTellsJoinedObservers: a breaker finds its BreakerObservers
+// among those inbox.Observers joined, and tells each.
+func TestBreakerTellsJoinedObservers(t *testing.T) {
+	t.Parallel()
+	first, second := &recordingObserver{}, &recordingObserver{}
+	joined := inbox.Observers(first, plainObserver{}, second)
+	b := NewBreaker("billing", inbox.Config{StreakLimit: 3, StreakPause: time.Second, Observer: joined, Logger: slog.New(slog.DiscardHandler)}, nil)
+	claim := stageErr(inbox.StageClaim, fmt.Errorf("claim: %w", inbox.ErrPermissionDenied))
+	d := b.Decide(context.Background(), inbox.Message{ID: "1"}, claim, 10, 1)
+	require.Equal(t, ActionHold, d.Action)
+	require.Len(t, first.paused, 1)
+	require.Len(t, second.paused, 1)
+	require.Nil(t, breakerObserver(inbox.Observers(plainObserver{})), "no listener, no breaker observer")
+}
+
+// plainObserver is an inbox.Observer that is no BreakerObserver.
+type plainObserver struct{}
+
+func (plainObserver) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
+	return ctx
+}
+func (plainObserver) TxEnd(context.Context, *inbox.TxEvent)                {}
+func (plainObserver) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
