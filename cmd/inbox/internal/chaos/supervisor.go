@@ -65,7 +65,10 @@ type proc struct {
 // probability per hit that, at the rates the consumers run, adds a few
 // self-kills at named points per minute.
 const (
-	killEvery    = 1500 * time.Millisecond
+	killEvery = 1500 * time.Millisecond
+	// minKills is the fewest consumer kills a run makes: past half its
+	// duration, a run with fewer kills only kills.
+	minKills     = 5
 	faultPerHit  = 0.0015
 	restartDelay = 100 * time.Millisecond
 )
@@ -282,8 +285,15 @@ func (s *supervisor) chaos(ctx context.Context, r *rand.Rand, st store, tr trans
 		}
 		next = time.Now().Add(jitter(r, killEvery))
 		n := r.IntN(20)
-		if !brokerTried && time.Now().After(half) {
+		var kills int
+		s.count(func(res *Result) { kills = res.Kills })
+		switch {
+		case !brokerTried && time.Now().After(half):
 			n = 19
+		case kills < minKills && time.Now().After(half):
+			// Past half the run with fewer kills than a run must have
+			// (a loaded machine, or an unlucky draw): kill next.
+			n = 0
 		}
 		switch {
 		case n < 13:
@@ -308,19 +318,27 @@ func jitter(r *rand.Rand, d time.Duration) time.Duration {
 	return d/2 + time.Duration(r.Int64N(int64(d)))
 }
 
-// killRandom sends SIGKILL to a random running consumer.
+// killRandom sends SIGKILL to a random running consumer. It draws among
+// those still running, so that a loaded machine, where restarts are slow,
+// does not turn a scheduled kill into none.
 func (s *supervisor) killRandom(r *rand.Rand) {
 	s.mu.Lock()
-	p := s.procs[r.IntN(len(s.procs))]
+	live := make([]*proc, 0, len(s.procs))
+	for _, p := range s.procs {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.exited:
+		default:
+			live = append(live, p)
+		}
+	}
 	s.mu.Unlock()
-	if p == nil {
+	if len(live) == 0 {
 		return
 	}
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
+	p := live[r.IntN(len(live))]
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err == nil {
 		s.count(func(r *Result) { r.Kills++; r.KillsAt["random-time"]++ })
 		fmt.Fprintf(s.cfg.Log, "chaos: killed consumer %d\n", p.slot)
