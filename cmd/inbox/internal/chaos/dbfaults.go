@@ -2,18 +2,11 @@ package chaos
 
 import (
 	"context"
-	"crypto/rand"
-	"database/sql"
-	"encoding/hex"
-	"errors"
-	"fmt"
 	mrand "math/rand/v2"
-	"net/url"
-	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/txinbox/inbox/cmd/inbox/internal/dbchaos"
 	"github.com/txinbox/inbox/internal/dbfault"
 )
 
@@ -21,18 +14,11 @@ import (
 // Config.DBFaults says otherwise: a permission fault (INSERT on the inbox
 // revoked) and a read-only database, as after a failover. Both are the
 // store's fault, never a message's: no healthy event may be dead-lettered.
-var DefaultDBFaults = []dbfault.Kind{dbfault.RevokeInsert, dbfault.ReadOnly}
-
-// The database-fault schedule: a fault every dbFaultEvery on average,
-// each held for dbFaultHold.
-const (
-	dbFaultEvery = 4 * time.Second
-	dbFaultHold  = 1500 * time.Millisecond
-)
+var DefaultDBFaults = dbchaos.DefaultKinds
 
 // errNotSuperuser is consumerRole's error when the database user is not a
 // superuser.
-var errNotSuperuser = errors.New("chaos: database faults need a superuser in --database-url, to create the consumers' role and revoke its grants; run without them otherwise (--db-faults none; Config.DBFaults empty)")
+var errNotSuperuser = dbchaos.ErrNotSuperuser
 
 // consumerRole creates the role the consumers log in as when the run
 // injects database faults: the faults revoke its grants and change its
@@ -40,55 +26,27 @@ var errNotSuperuser = errors.New("chaos: database faults need a superuser in --d
 // docs/GRANTS.md and those of the handler's tables, and logs in with a
 // random password. close drops it.
 func (s *pgStore) consumerRole(ctx context.Context) error {
-	var super bool
-	if err := s.pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
-		return fmt.Errorf("chaos: database faults: %w", err)
-	}
-	if !super {
-		return errNotSuperuser
-	}
-	if err := s.pool.QueryRow(ctx, `SELECT current_database()`).Scan(&s.database); err != nil {
-		return fmt.Errorf("chaos: database faults: %w", err)
-	}
-	var pw [16]byte
-	_, _ = rand.Read(pw[:])
-	password := hex.EncodeToString(pw[:])
-	s.role = s.schema + "_consumer"
-	r := pgx.Identifier{s.role}.Sanitize()
-	schema := pgx.Identifier{s.schema}.Sanitize()
-	for _, stmt := range []string{
-		`CREATE ROLE ` + r + ` LOGIN PASSWORD '` + password + `'`,
-		`GRANT CONNECT ON DATABASE ` + pgx.Identifier{s.database}.Sanitize() + ` TO ` + r,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + r,
-		`GRANT SELECT, INSERT ON ` + s.table("inbox") + ` TO ` + r,
-		`GRANT SELECT, INSERT, UPDATE (reason, error_text, attempts, last_seen_at) ON ` + s.table("inbox_dead_letters") + ` TO ` + r,
-		`GRANT SELECT, INSERT, UPDATE ON ` + s.table("inbox_effects") + ` TO ` + r,
-		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + s.table("inbox_takeovers") + ` TO ` + r,
-		`GRANT SELECT, UPDATE ON ` + s.table("accounts") + ` TO ` + r,
-		`GRANT INSERT ON ` + s.table("effects") + ` TO ` + r,
-	} {
-		if _, err := s.pool.Exec(ctx, stmt); err != nil {
-			return fmt.Errorf("chaos: create the consumers' role: %w", err)
-		}
-	}
-	u, err := url.Parse(s.url)
+	role, err := dbchaos.CreateRole(ctx, s.pool, s.url, s.schema+"_consumer", []string{
+		`GRANT USAGE ON SCHEMA ` + pgx.Identifier{s.schema}.Sanitize() + ``,
+		`GRANT SELECT, INSERT ON ` + s.table("inbox") + ``,
+		`GRANT SELECT, INSERT, UPDATE (reason, error_text, attempts, last_seen_at) ON ` + s.table("inbox_dead_letters") + ``,
+		`GRANT SELECT, INSERT, UPDATE ON ` + s.table("inbox_effects") + ``,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ` + s.table("inbox_takeovers") + ``,
+		`GRANT SELECT, UPDATE ON ` + s.table("accounts") + ``,
+		`GRANT INSERT ON ` + s.table("effects") + ``,
+	})
 	if err != nil {
-		return fmt.Errorf("chaos: --database-url: %w", err)
+		return err
 	}
-	u.User = url.UserPassword(s.role, password)
-	s.consumerURL = u.String()
+	s.role, s.database, s.consumerURL = role.Name, role.Database, role.URL
 	return nil
 }
 
 // dropRole drops the consumers' role, after its sessions.
 func (s *pgStore) dropRole(ctx context.Context) {
-	if s.role == "" {
-		return
+	if s.role != "" {
+		dbchaos.DropRole(ctx, s.pool, s.role)
 	}
-	r := pgx.Identifier{s.role}.Sanitize()
-	_, _ = s.pool.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = $1`, s.role)
-	_, _ = s.pool.Exec(ctx, `DROP OWNED BY `+r)
-	_, _ = s.pool.Exec(ctx, `DROP ROLE `+r)
 }
 
 // injectDBFaults injects the run's database faults, one at a time and in
@@ -99,52 +57,16 @@ func injectDBFaults(ctx context.Context, cfg *Config, s *pgStore, r *mrand.Rand,
 	if len(cfg.DBFaults) == 0 {
 		return
 	}
-	admin := stdlib.OpenDBFromPool(s.pool)
-	defer admin.Close()
-	for i := 0; ; i++ {
-		if !sleepCtx(ctx, jitter(r, dbFaultEvery)) {
-			return
-		}
-		kind := cfg.DBFaults[i%len(cfg.DBFaults)]
-		if err := holdDBFault(ctx, cfg, admin, s, kind); err != nil {
+	sched := &dbchaos.Schedule{
+		Kinds: cfg.DBFaults,
+		Role:  &dbchaos.Role{Name: s.role, Database: s.database, URL: s.consumerURL},
+		Pool:  s.pool,
+		Table: func(int, dbfault.Kind) string { return s.table("inbox") },
+		Log:   cfg.Log, Prefix: "chaos",
+		Injected: func(kind dbfault.Kind) { count(func(res *Result) { res.DBFaults[string(kind)]++ }) },
+		Failed: func(err error) {
 			count(func(res *Result) { res.Problems = append(res.Problems, err.Error()) })
-			continue
-		}
-		count(func(res *Result) { res.DBFaults[string(kind)]++ })
+		},
 	}
-}
-
-// holdDBFault injects one fault for dbFaultHold, or until ctx is done,
-// and restores the database.
-func holdDBFault(ctx context.Context, cfg *Config, admin *sql.DB, s *pgStore, kind dbfault.Kind) error {
-	// The fault starts and is restored on a context of its own: the end of
-	// the chaos phase (ctx) only cuts its hold short. Cut halfway, a start
-	// would fail the run for nothing, or leave a grant revoked that
-	// nothing restores.
-	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
-	f, err := dbfault.Start(fctx, kind, dbfault.Target{
-		Admin: admin, Database: s.database, Role: s.role, Inbox: s.table("inbox"),
-	})
-	if err != nil {
-		return fmt.Errorf("chaos: database fault %s: %w", kind, err)
-	}
-	fmt.Fprintf(cfg.Log, "chaos: database fault %s\n", kind)
-	sleepCtx(ctx, dbFaultHold)
-	if err := f.Stop(fctx); err != nil {
-		return fmt.Errorf("chaos: restore after the database fault %s: %w", kind, err)
-	}
-	return nil
-}
-
-// sleepCtx waits for d, and reports false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	sched.Run(ctx, r)
 }
