@@ -8,9 +8,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/bench"
+	"github.com/txinbox/inbox/cmd/inbox/internal/chaos"
 	"github.com/txinbox/inbox/cmd/inbox/internal/outboxchaos"
 )
 
@@ -42,7 +44,7 @@ func outboxFlag(args []string) ([]string, bool) {
 
 // runChaosOutbox is 'inbox chaos --outbox', also named chaos-outbox.
 func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "chaos --outbox", "chaos --outbox [--duration 30s] [--json] [flags]")
+	fs := newFlags(e, "chaos --outbox", "chaos --outbox [--duration 30s] [--db-faults LIST] [--json] [flags]")
 	databaseURL := fs.String("database-url", "", "the Postgres server; defaults to $DATABASE_URL, then the local test server")
 	duration := durationFlag{d: outboxchaos.DefaultDuration}
 	fs.Var(&duration, "duration", "how long processes are killed for (default 30s)")
@@ -51,9 +53,15 @@ func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
 	consumers := fs.Int("consumers", outboxchaos.DefaultConsumers, "consumer processes")
 	keys := fs.Int("keys", outboxchaos.DefaultKeys, "keys the orders are spread over")
 	seed := fs.Uint64("seed", outboxchaos.DefaultSeed, "chooses which process each kill hits")
+	dbFaults := fs.String("db-faults", "all", "database faults injected in turn, while every process logs in as a role of the run (needs a superuser in --database-url): a comma list of "+
+		dbFaultKinds()+", all ("+joinKinds(chaos.DefaultDBFaults)+") or none")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
 	verbose := fs.Bool("v", false, "log progress to stderr")
 	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	faults, err := parseDBFaults(*dbFaults)
+	if err != nil {
 		return err
 	}
 	url := *databaseURL
@@ -73,7 +81,7 @@ func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
 	}
 	res, err := outboxchaos.Run(ctx, outboxchaos.Config{
 		DatabaseURL: url, Duration: duration.d, Producers: *producers, Relays: *relays, Consumers: *consumers,
-		Keys: *keys, Seed: *seed, Log: log,
+		Keys: *keys, Seed: *seed, DBFaults: faults, Log: log,
 		Command: func(args []string) *exec.Cmd {
 			return exec.Command(self, append([]string{"chaos-outbox-child"}, args...)...)
 		},
@@ -87,7 +95,8 @@ func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
 		}
 	} else {
 		fmt.Fprintf(e.Stdout, "%d orders committed; %d records on the topic, %d of them republished.\n", res.Orders, res.Records, res.Republished)
-		fmt.Fprintf(e.Stdout, "kills: %d producers, %d relays, %d consumers.\n", res.ProducerKills, res.RelayKills, res.ConsumerKills)
+		fmt.Fprintf(e.Stdout, "kills: %d producers, %d relays, %d consumers; %d database sessions terminated.\n", res.ProducerKills, res.RelayKills, res.ConsumerKills, res.DBKills)
+		fmt.Fprintf(e.Stdout, "database faults: %s.\n", faultCounts(res.DBFaults))
 		fmt.Fprintf(e.Stdout, "missing %d, orphans %d, double-applied %d, out of order %d: ", res.Missing, res.Orphans, res.DoubleApplied, res.OutOfOrder)
 		if res.OK {
 			fmt.Fprintln(e.Stdout, "every committed order applied exactly once, in order per key.")
@@ -99,6 +108,22 @@ func runChaosOutbox(ctx context.Context, e *Env, args []string) error {
 		return errChaosFailed
 	}
 	return nil
+}
+
+// faultCounts lists the faults injected, by kind in order, or says none.
+func faultCounts(counts map[string]int) string {
+	kinds := make([]string, 0, len(counts))
+	for k := range counts {
+		kinds = append(kinds, k)
+	}
+	if len(kinds) == 0 {
+		return "none"
+	}
+	slices.Sort(kinds)
+	for i, k := range kinds {
+		kinds[i] = fmt.Sprintf("%s %d", k, counts[k])
+	}
+	return strings.Join(kinds, ", ")
 }
 
 func runChaosOutboxChild(ctx context.Context, e *Env, args []string) error {

@@ -96,6 +96,7 @@ func runProducer(ctx context.Context, a *childArgs, pool *pgxpool.Pool, d *inbox
 		return err
 	}
 	orders := pgx.Identifier{a.schema, "orders"}.Sanitize()
+	backoff := time.Duration(0)
 	for n := 0; ctx.Err() == nil; n++ {
 		id := uuid.V7(time.Now())
 		key := fmt.Sprintf("k%d", (a.slot+n)%a.keys)
@@ -114,9 +115,21 @@ func runProducer(ctx context.Context, a *childArgs, pool *pgxpool.Pool, d *inbox
 			return nil
 		case err != nil && d.Classify(err) == inboxdriver.ClassConflict:
 			continue // a deadlock between two keys' sequences: the order was not recorded
+		case err != nil && d.Classify(err) != inboxdriver.ClassOther:
+			// A database fault of the run: its session terminated, INSERT
+			// revoked, the database read-only. The order may or may not
+			// be recorded (a lost commit); either way the next one is a
+			// business transaction of its own, with an id of its own.
+			backoff = min(max(2*backoff, 10*time.Millisecond), 500*time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			continue
 		case err != nil:
 			return err
 		}
+		backoff = 0
 		o.Wake()
 	}
 	return nil

@@ -13,11 +13,19 @@
 // its rows, a consumer at the inbox's points. Killed processes are started
 // again.
 //
-// When the time is up the producers stop, the relays and consumers are
-// restarted without faults, and the run waits until every order's event was
-// applied. It then checks that every committed order has exactly one
-// effect, that no effect lacks its order, and that each key's effects were
-// applied in the order of their orders' commits.
+// Meanwhile the database fails under them: every child logs in as a role
+// created for the run, whose sessions the coordinator terminates about every
+// third second (db kills), and on which the database faults of 'inbox
+// chaos' act, one at a time and in turn (package dbchaos): INSERT revoked,
+// in turn on the outbox (the producers' enqueue) and on the inbox (the
+// consumers' claims), and the database read-only for every role at once.
+//
+// When the time is up every fault is restored, the producers stop, the
+// relays and consumers are restarted without faults, and the run waits
+// until every order's event was applied. It then checks that every
+// committed order has exactly one effect, that no effect lacks its order,
+// and that each key's effects were applied in the order of their orders'
+// commits.
 package outboxchaos
 
 import (
@@ -41,9 +49,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/child"
+	"github.com/txinbox/inbox/cmd/inbox/internal/dbchaos"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/internal/dbfault"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -85,6 +95,12 @@ type Config struct {
 	Keys int
 	// Seed chooses which process each kill hits. Defaults to DefaultSeed.
 	Seed uint64
+	// DBFaults are the database faults injected during the chaos phase,
+	// one at a time and in turn, on the role every child logs in as; they
+	// need a superuser in DatabaseURL. An empty, non-nil list injects none
+	// (and terminates no session). Defaults to dbchaos.DefaultKinds, the
+	// faults of 'inbox chaos'.
+	DBFaults []dbfault.Kind
 	// Command returns the command that runs RunChild with args: the CLI
 	// runs its own binary with a hidden command.
 	Command func(args []string) *exec.Cmd
@@ -96,7 +112,8 @@ type Config struct {
 // 'inbox chaos-outbox --json'.
 type Result struct {
 	// OK reports that every invariant held: Missing, Orphans,
-	// DoubleApplied and OutOfOrder are all zero.
+	// DoubleApplied and OutOfOrder are all zero, and, unless the run was
+	// configured without database faults, at least one was injected.
 	OK        bool    `json:"ok"`
 	DurationS float64 `json:"duration_s"`
 	// Orders counts the committed orders; Records the records on the
@@ -117,6 +134,10 @@ type Result struct {
 	Orphans       int64 `json:"orphans"`
 	DoubleApplied int64 `json:"double_applied"`
 	OutOfOrder    int64 `json:"out_of_order"`
+	// DBFaults counts the database faults injected, by kind; DBKills the
+	// children's database sessions the coordinator terminated.
+	DBFaults map[string]int `json:"db_faults"`
+	DBKills  int            `json:"db_kills"`
 }
 
 func (c *Config) withDefaults() Config {
@@ -139,6 +160,9 @@ func (c *Config) withDefaults() Config {
 	if out.Seed == 0 {
 		out.Seed = DefaultSeed
 	}
+	if out.DBFaults == nil {
+		out.DBFaults = dbchaos.DefaultKinds
+	}
 	if out.Log == nil {
 		out.Log = io.Discard
 	}
@@ -157,6 +181,11 @@ func (c *Config) validate() error {
 		return errors.New("outboxchaos: Config.Producers, Relays and Consumers: want 1 to 16 each")
 	case c.Keys < 1 || c.Keys > 10_000:
 		return fmt.Errorf("outboxchaos: Config.Keys %d: want 1 to 10,000", c.Keys)
+	}
+	for _, k := range c.DBFaults {
+		if _, err := dbfault.ParseKinds(string(k)); err != nil {
+			return fmt.Errorf("outboxchaos: Config.DBFaults: %w", err)
+		}
 	}
 	return nil
 }
@@ -182,6 +211,23 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		defer cancel()
 		_, _ = pool.Exec(dctx, `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	}()
+	// The children log in as a role of the run, on which the database
+	// faults act.
+	childURL := cfg.DatabaseURL
+	var role *dbchaos.Role
+	if len(cfg.DBFaults) > 0 {
+		q := pgx.Identifier{schema}.Sanitize()
+		role, err = dbchaos.CreateRole(ctx, pool, cfg.DatabaseURL, schema+"_app", []string{
+			`GRANT USAGE ON SCHEMA ` + q,
+			`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + q,
+			`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA ` + q,
+		})
+		if err != nil {
+			return nil, err
+		}
+		defer role.Drop(context.WithoutCancel(ctx))
+		childURL = role.URL
+	}
 	topic := "orders"
 	cluster, err := kfake.NewCluster(
 		kfake.NumBrokers(1),
@@ -196,7 +242,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		return nil, fmt.Errorf("outboxchaos: kfake: %w", err)
 	}
 	defer cluster.Close()
-	base := childArgs{databaseURL: cfg.DatabaseURL, schema: schema, brokers: strings.Join(cluster.ListenAddrs(), ","), topic: topic, keys: cfg.Keys}
+	base := childArgs{databaseURL: childURL, schema: schema, brokers: strings.Join(cluster.ListenAddrs(), ","), topic: topic, keys: cfg.Keys}
 	sv := &supervisor{cfg: &cfg, base: base, rng: rand.New(rand.NewPCG(cfg.Seed, 0x0b0c5)), kills: map[string]int{}, gen: map[string]int{}}
 	defer sv.stopAll()
 
@@ -209,26 +255,80 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 			}
 		}
 	}
-	// The chaos phase: a kill about every second.
-	deadline := time.After(cfg.Duration)
+	res := &Result{DBFaults: map[string]int{}}
+	// The database faults go on beside the kills, for the same time.
+	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
+	defer endChaos()
+	faultsDone := make(chan struct{})
+	// faultErr is the first fault that could not be injected or restored,
+	// and faultErrs how many there were.
+	var faultErr error
+	faultErrs := 0
+	go func() {
+		defer close(faultsDone)
+		if role == nil {
+			return
+		}
+		sched := &dbchaos.Schedule{
+			Kinds: cfg.DBFaults, Role: role, Pool: pool,
+			// The first fault comes within the first three eighths of a
+			// short run.
+			Every: min(dbchaos.Every, cfg.Duration/4),
+			Table: func(i int, _ dbfault.Kind) string {
+				if (i/len(cfg.DBFaults))%2 == 0 {
+					return pgx.Identifier{schema, "outbox"}.Sanitize()
+				}
+				return pgx.Identifier{schema, "inbox"}.Sanitize()
+			},
+			Log: cfg.Log, Prefix: "chaos-outbox",
+			Injected: func(k dbfault.Kind) { sv.count(func() { res.DBFaults[string(k)]++ }) },
+			Failed: func(err error) {
+				fmt.Fprintln(cfg.Log, err)
+				sv.count(func() {
+					if faultErrs++; faultErr == nil {
+						faultErr = err
+					}
+				})
+			},
+		}
+		sched.Run(chaosCtx, rand.New(rand.NewPCG(cfg.Seed, 0xdbfa)))
+	}()
+	// The chaos phase: a kill about every second, and the children's
+	// database sessions terminated about every third.
+	dbRand := rand.New(rand.NewPCG(cfg.Seed, 0xdb))
 	tick := time.NewTicker(time.Second)
-chaos:
-	for {
-		select {
-		case <-ctx.Done():
-			tick.Stop()
-			return nil, ctx.Err()
-		case <-deadline:
-			break chaos
-		case <-tick.C:
-			sv.killRandom()
+	err = func() error {
+		defer tick.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-chaosCtx.Done():
+				return nil
+			case <-tick.C:
+				sv.killRandom()
+			}
+			if role != nil && n%3 == 0 {
+				if k, err := role.Terminate(chaosCtx, dbRand); err != nil && chaosCtx.Err() == nil {
+					fmt.Fprintf(cfg.Log, "chaos-outbox: terminate database sessions: %v\n", err)
+				} else if k > 0 {
+					sv.count(func() { res.DBKills += k })
+					fmt.Fprintf(cfg.Log, "chaos-outbox: terminated %d database sessions\n", k)
+				}
+			}
+			if err := sv.failed(); err != nil {
+				return err
+			}
 		}
-		if err := sv.failed(); err != nil {
-			tick.Stop()
-			return nil, err
-		}
+	}()
+	endChaos()
+	<-faultsDone // every fault restored
+	if err != nil {
+		return nil, err
 	}
-	tick.Stop()
+	if faultErr != nil {
+		return nil, fmt.Errorf("%w (%d database faults failed)", faultErr, faultErrs)
+	}
 	// The drain: no more orders, no more faults.
 	fmt.Fprintf(cfg.Log, "chaos-outbox: chaos over after %v; draining\n", time.Since(start).Round(time.Millisecond))
 	sv.stopRole(roleProducer)
@@ -242,7 +342,6 @@ chaos:
 			}
 		}
 	}
-	res := &Result{}
 	if err := waitDrained(ctx, pool, schema, sv); err != nil {
 		return nil, err
 	}
@@ -255,7 +354,12 @@ chaos:
 	}
 	res.Republished = res.Records - res.Orders
 	res.ProducerKills, res.RelayKills, res.ConsumerKills = sv.kills[roleProducer], sv.kills[roleRelay], sv.kills[roleConsumer]
-	res.OK = res.Missing == 0 && res.Orphans == 0 && res.DoubleApplied == 0 && res.OutOfOrder == 0
+	injected := 0
+	for _, n := range res.DBFaults {
+		injected += n
+	}
+	res.OK = res.Missing == 0 && res.Orphans == 0 && res.DoubleApplied == 0 && res.OutOfOrder == 0 &&
+		(injected > 0 || len(cfg.DBFaults) == 0)
 	res.DurationS = time.Since(start).Seconds()
 	fmt.Fprintf(cfg.Log, "chaos-outbox: done in %v\n", time.Since(start).Round(time.Millisecond))
 	return res, nil
@@ -547,6 +651,13 @@ func stop(p *proc) {
 		_ = p.cmd.Process.Kill()
 		<-p.exited
 	}
+}
+
+// count runs f under the supervisor's lock.
+func (s *supervisor) count(f func()) {
+	s.mu.Lock()
+	f()
+	s.mu.Unlock()
 }
 
 // failed returns the first failure of a child, if any.

@@ -12,6 +12,7 @@ import (
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb creates schemas with
 
+	"github.com/txinbox/inbox/internal/dbfault"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -33,7 +34,8 @@ func TestMain(m *testing.M) {
 }
 
 // A short run kills producers, relays and consumers, relays among them
-// after Kafka confirmed, and every invariant holds.
+// after Kafka confirmed, under database faults and terminated sessions,
+// and every invariant holds.
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -54,4 +56,20 @@ func TestRun(t *testing.T) {
 	require.Positive(t, res.RelayKills, "a relay was killed")
 	require.Positive(t, res.Republished, "a killed relay's events were published again")
 	require.Positive(t, res.ProducerKills+res.ConsumerKills)
+	injected := 0
+	for kind, n := range res.DBFaults {
+		require.Contains(t, []string{"revoke-insert", "read-only"}, kind, "the default faults")
+		injected += n
+	}
+	require.Positive(t, injected, "the run must inject database faults: %v", res.DBFaults)
+	require.Positive(t, res.DBKills, "the run must terminate the children's database sessions")
+}
+
+// A database fault kind that does not exist is refused before anything
+// starts.
+func TestConfigDBFaults(t *testing.T) {
+	t.Parallel()
+	_, err := Run(context.Background(), Config{DatabaseURL: "postgres://nowhere", DBFaults: []dbfault.Kind{"flood"},
+		Command: func([]string) *exec.Cmd { return nil }})
+	require.ErrorContains(t, err, `unknown fault "flood"`)
 }
