@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 // A short run kills producers, relays and consumers, relays among them
 // after Kafka confirmed, under database faults and terminated sessions,
 // and every invariant holds.
-func TestRun(t *testing.T) {
+func TestChaosOutbox(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, Config{
@@ -67,7 +67,7 @@ func TestRun(t *testing.T) {
 
 // A database fault kind that does not exist is refused before anything
 // starts.
-func TestConfigDBFaults(t *testing.T) {
+func TestChaosOutboxConfigDBFaults(t *testing.T) {
 	t.Parallel()
 	_, err := Run(context.Background(), Config{DatabaseURL: "postgres://nowhere", DBFaults: []dbfault.Kind{"flood"},
 		Command: func([]string) *exec.Cmd { return nil }})
