@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -206,14 +204,8 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 // handlers receive.
 type Client[TTx any] struct {
 	driver inboxdriver.Driver[TTx]
-	// pipeliner is driver, when it can send a message's whole transaction
-	// in one round trip.
-	pipeliner inboxdriver.Pipeliner
-	// duplicates holds the consumers whose last pipelined claim was a
-	// duplicate (see afterDuplicate).
-	duplicates sync.Map
-	config     Config
-	logger     *slog.Logger
+	config Config
+	logger *slog.Logger
 }
 
 // NewClient returns a client over driver. config may be nil; its zero
@@ -233,8 +225,7 @@ func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	pipeliner, _ := driver.(inboxdriver.Pipeliner)
-	return &Client[TTx]{driver: driver, pipeliner: pipeliner, config: cfg, logger: logger}, nil
+	return &Client[TTx]{driver: driver, config: cfg, logger: logger}, nil
 }
 
 // Driver returns the client's driver.
@@ -273,43 +264,19 @@ func (c *Client[TTx]) classify(err error) error {
 	return err
 }
 
-// handlerErr tags a handler's failure with StageHandler. It is not
-// classified as the store's errors are: a handler's io.EOF or net.Error
-// from its own work is the message's. It is the store's only when broken
-// says the transaction's connection broke under it. Conflicts of its
-// statements are marked, so that the transaction is retried.
+// handlerErr marks a handler's failure. It is not classified as the
+// store's errors are: a handler's io.EOF or net.Error from its own work is
+// the message's. It is the store's only when broken says the transaction's
+// connection broke under it. Conflicts of its statements are marked, so
+// that the transaction is retried.
 func (c *Client[TTx]) handlerErr(err error, broken bool) error {
-	if err == nil {
-		return nil
+	switch {
+	case broken:
+		return fmt.Errorf("%w: %w", errConnLost, err)
+	case c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict):
+		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
-	if broken {
-		err = fmt.Errorf("%w: %w", errConnLost, err)
-	} else if c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict) {
-		err = fmt.Errorf("%w: %w", ErrConflict, err)
-	}
-	return atStage(StageHandler, fmt.Errorf("handler: %w", err))
-}
-
-// retryConflicts runs fn again while it fails with ErrConflict, up to
-// MaxConflictRetries times, with capped exponential backoff and jitter.
-func (c *Client[TTx]) retryConflicts(ctx context.Context, fn func() error) error {
-	backoff := c.config.ConflictBackoff
-	for attempt := 0; ; attempt++ {
-		err := fn()
-		if err == nil || !errors.Is(err, ErrConflict) || attempt >= c.config.MaxConflictRetries {
-			return err
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		c.logger.DebugContext(ctx, "inbox: retrying after a conflict", "attempt", attempt+1, "backoff", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
-		}
-		backoff = min(backoff*2, maxConflictBackoff)
-	}
+	return err
 }
 
 // rollback rolls tx back with a context that outlives a cancelled ctx, so

@@ -61,7 +61,7 @@ type effectKeyKey struct{}
 
 // WithConsumer returns a context that names consumer, for Client.Effect.
 // Process, ProcessBatch and ProcessBatchOrdered already pass such a context
-// to the handler; use WithConsumer with ProcessTx, where the caller runs the
+// to the handler; use WithConsumer with ClaimTx, where the caller runs the
 // transaction.
 func WithConsumer(ctx context.Context, consumer string) context.Context {
 	return context.WithValue(ctx, consumerKey{}, consumer)

@@ -10,7 +10,7 @@ import (
 // Sentinel errors. Test for them with errors.Is: the errors the client
 // returns wrap them with the consumer, the id and the cause.
 var (
-	// ErrNoMessageID is returned by a KeyFunc, Process, ProcessTx and
+	// ErrNoMessageID is returned by a KeyFunc, Process, ClaimTx and
 	// ProcessBatch when a message carries no id, or an empty one. Such a
 	// message is never applied: adapters dead-letter it.
 	ErrNoMessageID = errors.New("inbox: message has no id")

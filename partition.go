@@ -190,30 +190,6 @@ func partitionError(err error) error {
 	}
 }
 
-// claimFailure tags the failure of a claim as the inbox's own work, at
-// stage, except when the message's id fell outside the partitions for its
-// time (ErrIDExpired, ErrIDFuture): that failure is the message's,
-// permanent, and the adapters dead-letter it (see Judge). An id whose
-// partition is not made yet (ErrNoPartition) is the store's: the
-// maintainer is behind.
-func claimFailure(stage Stage, err error) error {
-	if errors.Is(err, ErrIDExpired) || errors.Is(err, ErrIDFuture) {
-		return err
-	}
-	return atStage(stage, err)
-}
-
-// batchClaimError is the error of a batch's claim. When an id of the batch
-// has no partition, it is a failure of the batch as a whole, so that the
-// batch is split and only the messages at fault fail.
-func (c *Client[TTx]) batchClaimError(what string, err error) error {
-	err = fmt.Errorf("%s: %w", what, c.classify(err))
-	var npe *inboxdriver.NoPartitionError
-	if errors.As(err, &npe) {
-		return &batchHandlerError{index: -1, err: err}
-	}
-	return err
-}
 
 // MaintainPartitionsParams say what MaintainPartitions does.
 type MaintainPartitionsParams struct {

@@ -69,6 +69,9 @@ func classifyCode(code string) inboxdriver.ErrorClass {
 // serve now. A handler's own io.EOF or net.Error, on a connection that is
 // still open, is not the store's.
 func (d *Driver) TxBroken(ctx context.Context, tx pgx.Tx, err error) bool {
+	if _, ok := tx.(*pipeTx); ok {
+		return false // nothing was sent
+	}
 	if conn := tx.Conn(); conn == nil || conn.IsClosed() {
 		return true
 	}

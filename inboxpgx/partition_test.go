@@ -124,9 +124,9 @@ DROP TABLE `+pgx.Identifier{schema, p.Name}.Sanitize())
 	}
 
 	// A claim stays open: its transaction holds the parent table.
-	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: inboxtest.NewID()})
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{inboxtest.NewID()}})
 	require.NoError(t, err)
-	require.True(t, claimed)
+	require.True(t, claimed[0])
 	defer func() { _ = d.Rollback(ctx, tx) }()
 
 	type result struct {
@@ -184,7 +184,7 @@ func TestPartitionMaintenanceFinishesInterruptedRuns(t *testing.T) {
 	// A concurrent detach, cancelled on the server while it waits for an
 	// open claim. (Cancelling its context would not do: pgx breaks off the
 	// connection, and the server finishes the detach all the same.)
-	tx, _, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: inboxtest.NewID()})
+	tx, _, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{inboxtest.NewID()}})
 	require.NoError(t, err)
 	detach := `ALTER TABLE ` + parent + ` DETACH PARTITION ` + ident(pending) + ` CONCURRENTLY`
 	detachErr := make(chan error, 1)

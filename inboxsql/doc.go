@@ -155,11 +155,11 @@
 // handler of Process or ProcessBatch, and also when Effect is called
 // outside a handler while another goroutine's message is in flight. There
 // Effect works only while no message transaction is open, such as before
-// the transaction that the caller runs with ProcessTx. ErrLedgerLocked is
+// the transaction that the caller runs with ClaimTx. ErrLedgerLocked is
 // retryable, and a failure of the inbox's own work (the ledger), so never
 // the message's: a transport adapter pauses and retries it, and logs the
 // outage, until the ledger has a file of its own. The Driver cannot see a transaction that the caller began for
-// ProcessTx: Effect inside one waits for the busy timeout and fails with a
+// ClaimTx: Effect inside one waits for the busy timeout and fails with a
 // conflict whose message says why, or, with a pool of one connection,
 // fails with ErrLedgerLocked when no connection has freed up within
 // DefaultSQLiteBusyTimeout.

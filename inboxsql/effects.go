@@ -61,7 +61,7 @@ func (d *Driver) ledgerWriter(ctx context.Context) (ledgerDB, func(), error) {
 
 // ledgerErr explains a busy error of a ledger write on SQLite with the
 // ledger in the inbox's own file: a transaction the Driver did not begin,
-// such as the caller's around ProcessTx, may hold the write lock for good.
+// such as the caller's around ClaimTx, may hold the write lock for good.
 // The error keeps its class (a conflict).
 func (d *Driver) ledgerErr(err error) error {
 	if err == nil || d.dialect != SQLite || d.effectsDB != nil {
@@ -69,7 +69,7 @@ func (d *Driver) ledgerErr(err error) error {
 	}
 	if code, ok := sqliteCode(err); ok && code&0xff == sqliteBusy {
 		return fmt.Errorf("inboxsql: the effects ledger waited for SQLite's write lock until the busy timeout; "+
-			"if the caller holds a write transaction on the same file, as around ProcessTx, the lock never frees: "+
+			"if the caller holds a write transaction on the same file, as around ClaimTx, the lock never frees: "+
 			"set Config.EffectsDB to give the ledger a file of its own: %w", err)
 	}
 	return err

@@ -19,7 +19,7 @@ type Store[TTx any] struct {
 	// Driver is the store, over tables that no other test touches, already
 	// migrated.
 	Driver inboxdriver.Driver[TTx]
-	// Begin begins a transaction, as an application does before ProcessTx.
+	// Begin begins a transaction, as an application does before ClaimTx.
 	Begin func(ctx context.Context) (TTx, error)
 	// Effect applies the side effect of one message inside tx: it records
 	// one application of id for consumer in a table of its own.
@@ -386,7 +386,7 @@ func cases[TTx any]() []testCase[TTx] {
 			}
 		}},
 
-		{"ProcessTx", func(t *testing.T, x *suite[TTx]) {
+		{"ClaimTx", func(t *testing.T, x *suite[TTx]) {
 			c := x.client(nil)
 			id := NewID()
 			ctx := context.Background()
@@ -395,7 +395,7 @@ func cases[TTx any]() []testCase[TTx] {
 				if err != nil {
 					t.Fatal(err)
 				}
-				out, err := c.ProcessTx(ctx, tx, "billing", msg(id))
+				out, err := c.ClaimTx(ctx, tx, "billing", msg(id))
 				if err != nil {
 					t.Fatalf("delivery %d: %v", i, err)
 				}
@@ -1072,17 +1072,12 @@ type countingDriver[TTx any] struct {
 	calls atomic.Int64
 }
 
-func (d *countingDriver[TTx]) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (TTx, bool, error) {
+func (d *countingDriver[TTx]) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (TTx, []bool, error) {
 	d.calls.Add(1)
 	return d.Driver.BeginClaim(ctx, p)
 }
 
-func (d *countingDriver[TTx]) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (TTx, []bool, error) {
-	d.calls.Add(1)
-	return d.Driver.BeginClaimBatch(ctx, p)
-}
-
-func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.ClaimParams) (bool, error) {
+func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.ClaimParams) ([]bool, error) {
 	d.calls.Add(1)
 	return d.Driver.Claim(ctx, tx, p)
 }

@@ -363,7 +363,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			requireErrorIs(t, err, inbox.ErrEffectsUnsupported)
 		}},
 
-		{"EffectWithProcessTx", func(t *testing.T, x *suite[TTx]) {
+		{"EffectWithClaimTx", func(t *testing.T, x *suite[TTx]) {
 			// With the caller's transaction, the caller names the consumer;
 			// a non-canonical id gets the canonical id's key.
 			c := x.client(nil)
@@ -375,9 +375,9 @@ func effectCases[TTx any]() []testCase[TTx] {
 				t.Fatal(err)
 			}
 			m := msg(strings.ToUpper(id))
-			out, err := c.ProcessTx(ctx, tx, "billing", m)
+			out, err := c.ClaimTx(ctx, tx, "billing", m)
 			if err != nil || out != inbox.Applied {
-				t.Fatalf("ProcessTx: %v, %v", out, err)
+				t.Fatalf("ClaimTx: %v, %v", out, err)
 			}
 			if _, err := c.Effect(inbox.WithConsumer(ctx, "billing"), m, "capture", r.call, nil); err != nil {
 				t.Fatal(err)

@@ -143,7 +143,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.ProcessTx(ctx, tx, "billing", old)
+			_, err = c.ClaimTx(ctx, tx, "billing", old)
 			_ = x.s.Driver.Rollback(ctx, tx)
 			requireErrorIs(t, err, inbox.ErrIDExpired)
 			x.requireEffects("billing", old.ID, 1)

@@ -89,7 +89,7 @@ func TestClassifyUnavailable(t *testing.T) {
 		require.NoError(t, err)
 		d, err := inboxsql.New(db, engineOf(c.dialect), nil)
 		require.NoError(t, err)
-		_, _, err = d.BeginClaim(ctx, claimParams(inboxtest.NewID(), time.Second))
+		_, _, err = claimOne(ctx, d, inboxtest.NewID(), time.Second)
 		require.Error(t, err)
 		require.Equal(t, inboxdriver.ClassUnavailable, d.Classify(err), "%s: %v", c.dialect, err)
 		cl, err := inbox.NewClient(d, nil)
@@ -162,7 +162,7 @@ func TestStatsTableBytes(t *testing.T) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			tx, _, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids})
+			tx, _, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: ids})
 			require.NoError(t, err)
 			require.NoError(t, d.Commit(ctx, tx))
 			st, err := d.Stats(ctx)
@@ -212,9 +212,9 @@ func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 		require.NoError(t, err)
 		consumer := "c" + string(rune('0'+i))
 		id := inboxtest.NewID()
-		tx, ok, err := dd.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: consumer, ID: id})
+		tx, ok, err := dd.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: consumer, IDs: []string{id}})
 		require.NoError(t, err, params)
-		require.True(t, ok)
+		require.True(t, ok[0])
 		require.NoError(t, dd.Commit(ctx, tx))
 		// Every connection, whatever its settings, reads what each wrote.
 		for _, reader := range []*inboxsql.Driver{d, dd} {
