@@ -3,7 +3,6 @@ package inbox
 import (
 	"context"
 	"errors"
-
 )
 
 // ErrNotAttempted is the result of the messages that ProcessBatchOrdered did

@@ -190,7 +190,6 @@ func partitionError(err error) error {
 	}
 }
 
-
 // MaintainPartitionsParams say what MaintainPartitions does.
 type MaintainPartitionsParams struct {
 	// Premake makes the partitions missing ahead, up to the store's

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtest"

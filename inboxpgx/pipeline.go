@@ -125,8 +125,8 @@ func (t *pipeTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error
 	return pgconn.CommandTag{}, errQueueOnly
 }
 func (t *pipeTx) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errQueueOnly }
-func (t *pipeTx) QueryRow(context.Context, string, ...any) pgx.Row     { return errRow{} }
-func (t *pipeTx) Conn() *pgx.Conn                                      { return nil }
+func (t *pipeTx) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow{} }
+func (t *pipeTx) Conn() *pgx.Conn                                         { return nil }
 
 // queuedResults are the results of statements queued on a pipeTx: they
 // come with the commit.
