@@ -30,11 +30,14 @@ import (
 //
 // Process is ProcessBatch of one message.
 func (c *Client[TTx]) Process(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (Outcome, error) {
-	rs, err := c.processBatch(ctx, consumer, []Message{msg}, h, false)
+	id, err := c.check(consumer, msg.ID)
 	if err != nil {
 		return 0, err
 	}
-	return rs[0].Outcome, rs[0].Err
+	msg.ID = id
+	var out [1]BatchResult
+	c.runBatch(ctx, consumer, []Message{msg}, h, false, out[:])
+	return out[0].Outcome, out[0].Err
 }
 
 // ClaimTx claims msg.ID for consumer inside tx, a transaction the caller
