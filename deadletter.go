@@ -10,10 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
-
-// DeadLetter is a message stored because it will not be applied.
-type DeadLetter = inboxdriver.DeadLetter
 
 // Reasons a message is dead-lettered. They are stored with it.
 const (
@@ -98,7 +96,7 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 			headers[storable(k)] = storable(v)
 		}
 	}
-	d := &inboxdriver.DeadLetter{
+	d := &inboxtype.DeadLetter{
 		Consumer:  p.Consumer,
 		MessageID: id,
 		DedupKey:  storable(deadLetterKey(id, m)),
@@ -153,7 +151,7 @@ func deadLetterKey(id string, m Message) string {
 
 // DeadLetters lists dead letters, newest first. consumer filters when not
 // empty; limit bounds the list and defaults to 100.
-func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit int) ([]*DeadLetter, error) {
+func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error) {
 	if limit <= 0 {
 		limit = 100
 	}
@@ -166,7 +164,7 @@ func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit in
 
 // DeadLetterGet returns one dead letter by its id, or an error wrapping
 // ErrNotFound.
-func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error) {
+func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
 	d, err := c.driver.DeadLetterGet(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
@@ -32,25 +33,6 @@ type EffectOpts struct {
 	// such a step is called again with the same key.
 	NonIdempotent bool
 }
-
-// EffectEntry is one entry of the effects ledger.
-type EffectEntry = inboxdriver.EffectEntry
-
-// EffectState is the state of a ledger entry.
-type EffectState = inboxdriver.EffectState
-
-// The states of a ledger entry.
-const (
-	// EffectStarted is a step recorded before its call, whose result was
-	// not recorded: the call may or may not have taken effect.
-	EffectStarted = inboxdriver.EffectStarted
-	// EffectFailed is a step whose latest attempt certainly did not take
-	// effect (NoEffect, or an operator's resolution). It may be called again.
-	EffectFailed = inboxdriver.EffectFailed
-	// EffectDone is a step whose call took effect and whose result is
-	// stored. It is never called again.
-	EffectDone = inboxdriver.EffectDone
-)
 
 // MaxStepLen is the longest step name, in bytes.
 const MaxStepLen = inboxdriver.MaxStepLen
@@ -175,7 +157,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err)))
 	}
 	if !started {
-		if e.State == EffectDone {
+		if e.State == inboxtype.EffectDone {
 			c.logger.DebugContext(ctx, "inbox: effect already done; returning its stored result", "consumer", consumer, "id", id, "step", step)
 			return e.Result, nil
 		}
@@ -243,7 +225,7 @@ type ListEffectsParams struct {
 	Consumer string
 	// MessageID lists the steps of one message.
 	MessageID string
-	State     EffectState
+	State     inboxtype.EffectState
 	// StartedBefore keeps the entries whose latest attempt started before
 	// it. With State EffectStarted, it finds stuck steps: calls that
 	// started long ago and were never recorded done.
@@ -253,7 +235,7 @@ type ListEffectsParams struct {
 }
 
 // ListEffects lists entries of the effects ledger, oldest start first.
-func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*EffectEntry, error) {
+func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxtype.EffectEntry, error) {
 	store, err := c.effectStore()
 	if err != nil {
 		return nil, err
@@ -273,9 +255,9 @@ func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*
 		}
 	}
 	switch p.State {
-	case "", EffectStarted, EffectFailed, EffectDone:
+	case "", inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone:
 	default:
-		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, EffectStarted, EffectFailed, EffectDone)
+		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone)
 	}
 	es, err := store.EffectList(ctx, lp)
 	if err != nil {
@@ -293,7 +275,7 @@ type ResolveEffectParams struct {
 	// effect: the next attempt returns Result without calling. It is
 	// EffectFailed when the provider shows that it did not: the next
 	// attempt calls again.
-	State EffectState
+	State inboxtype.EffectState
 	// Result is the result to store with EffectDone, as the call would
 	// have returned it.
 	Result []byte
@@ -311,8 +293,8 @@ func (c *Client[TTx]) ResolveEffect(ctx context.Context, p ResolveEffectParams) 
 	if err := validateStep(p.Step); err != nil {
 		return err
 	}
-	if p.State != EffectDone && p.State != EffectFailed {
-		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, EffectDone, EffectFailed)
+	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
+		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
 	}
 	store, err := c.effectStore()
 	if err != nil {

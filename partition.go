@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // The errors of an inbox in the partitioned layout
@@ -59,15 +60,6 @@ func partitionReason(err error) string {
 	}
 	return ""
 }
-
-// PartitionState is the partitions of a partitioned inbox.
-type PartitionState = inboxdriver.PartitionState
-
-// Partition is one partition of a partitioned inbox.
-type Partition = inboxdriver.Partition
-
-// PartitionReport is what a partition maintenance run did.
-type PartitionReport = inboxdriver.PartitionReport
 
 // partitioned reports whether the client's store keeps the inbox in the
 // partitioned layout.
@@ -212,7 +204,7 @@ type MaintainPartitionsParams struct {
 // store's lock, it does nothing and the report says Skipped. RunCleaner
 // calls it on a partitioned inbox; call it yourself to run maintenance on
 // a schedule of your own. On an inbox not partitioned it fails.
-func (c *Client[TTx]) MaintainPartitions(ctx context.Context, p MaintainPartitionsParams) (*PartitionReport, error) {
+func (c *Client[TTx]) MaintainPartitions(ctx context.Context, p MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
 	pt, ok := c.driver.(inboxdriver.Partitioner)
 	if !ok || !c.partitioned() {
 		return nil, fmt.Errorf("inbox: partitions: the store's inbox is not in the partitioned layout (Tables.Layout %q)", inboxdriver.LayoutPartitioned)
@@ -235,7 +227,7 @@ func (c *Client[TTx]) MaintainPartitions(ctx context.Context, p MaintainPartitio
 }
 
 // Partitions lists the partitions of a partitioned inbox, oldest first.
-func (c *Client[TTx]) Partitions(ctx context.Context) (*PartitionState, error) {
+func (c *Client[TTx]) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {
 	pt, ok := c.driver.(inboxdriver.Partitioner)
 	if !ok || !c.partitioned() {
 		return nil, fmt.Errorf("inbox: partitions: the store's inbox is not in the partitioned layout (Tables.Layout %q)", inboxdriver.LayoutPartitioned)

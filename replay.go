@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // ErrReplayUnsupported is returned by MarkDeadLetterForReplay,
@@ -24,7 +25,7 @@ const replayPage = 100
 // ReplayResult is what ReplayDeadLetters did with one dead letter.
 type ReplayResult struct {
 	// DeadLetter is the dead letter as it was before the replay.
-	DeadLetter *DeadLetter
+	DeadLetter *inboxtype.DeadLetter
 	// Outcome is Applied or Duplicate when Err is nil; the dead letter was
 	// then deleted.
 	Outcome Outcome
@@ -137,7 +138,7 @@ func (c *Client[TTx]) ReplayDeadLetters(ctx context.Context, consumer string, h 
 }
 
 // replayMarked replays one marked dead letter.
-func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplayStore, d *DeadLetter, h Handler[TTx]) (ReplayResult, error) {
+func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplayStore, d *inboxtype.DeadLetter, h Handler[TTx]) (ReplayResult, error) {
 	msg := deadLetterMessage(d)
 	outcome, err := c.Process(ctx, d.Consumer, msg, h)
 	if err == nil {
@@ -174,7 +175,7 @@ func storeFailure(err error) bool {
 }
 
 // deadLetterMessage is the message a dead letter stored.
-func deadLetterMessage(d *DeadLetter) Message {
+func deadLetterMessage(d *inboxtype.DeadLetter) Message {
 	return Message{
 		ID:      d.MessageID,
 		Payload: d.Payload,

@@ -18,6 +18,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // ErrNotFound is returned by lookups of a row that does not exist. The root
@@ -117,24 +119,24 @@ type Admin interface {
 	// was deleted.
 	Forget(ctx context.Context, p *ForgetParams) (bool, error)
 
-	// Stats reports the inbox's size.
-	Stats(ctx context.Context) (*Stats, error)
+	// inboxtype.Stats reports the inbox's size.
+	Stats(ctx context.Context) (*inboxtype.Stats, error)
 
 	// WithLock runs fn while holding the store-wide lock named key, if no one
 	// else holds it. ran is false, and fn is not called, when the lock is
 	// taken. It is how a single cleaner is chosen among many processes.
 	WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (ran bool, err error)
 
-	// DeadLetter records a message that will not be applied. A message
+	// inboxtype.DeadLetter records a message that will not be applied. A message
 	// already recorded under the same consumer and DedupKey is updated:
 	// its reason, error, attempts and last-seen time.
-	DeadLetter(ctx context.Context, d *DeadLetter) error
+	DeadLetter(ctx context.Context, d *inboxtype.DeadLetter) error
 
 	// DeadLetters lists dead letters, newest first.
-	DeadLetters(ctx context.Context, p *DeadLetterListParams) ([]*DeadLetter, error)
+	DeadLetters(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterGet returns one dead letter, or ErrNotFound.
-	DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error)
+	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
 
 	// DeadLetterDelete deletes one dead letter and reports whether it
 	// existed.
@@ -334,50 +336,6 @@ type PurgeParams struct {
 type ForgetParams struct {
 	Consumer string
 	ID       string
-}
-
-// Stats describe the inbox table.
-type Stats struct {
-	Consumers []ConsumerStats
-	// TableBytes is the size of the inbox table with its indexes, or -1
-	// where the store cannot tell.
-	TableBytes int64
-}
-
-// ConsumerStats describe one consumer's rows.
-type ConsumerStats struct {
-	Consumer string
-	Rows     int64
-	Oldest   time.Time
-	Newest   time.Time
-}
-
-// DeadLetter is a message that will not be applied, as stored.
-type DeadLetter struct {
-	// ID is assigned by the store.
-	ID       int64
-	Consumer string
-	// MessageID is the canonical id, or empty when the message had none or
-	// a malformed one.
-	MessageID string
-	// DedupKey identifies the message among dead letters: its id when it
-	// has one, its transport coordinates otherwise.
-	DedupKey  string
-	Transport string
-	Queue     string
-	Partition int32
-	Offset    int64
-	BrokerID  string
-	Key       []byte
-	Headers   map[string]string
-	Payload   []byte
-	Reason    string
-	Error     string
-	Attempts  int
-	// FirstSeen and LastSeen are when the message was first and last
-	// dead-lettered. On a write, LastSeen is the time of this write.
-	FirstSeen time.Time
-	LastSeen  time.Time
 }
 
 // TakeoverParams name a source of messages that one consumer owns at a

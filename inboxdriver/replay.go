@@ -3,6 +3,8 @@ package inboxdriver
 import (
 	"context"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // ReplayStore records requests to replay dead letters. Replaying runs the
@@ -25,7 +27,7 @@ type ReplayStore interface {
 
 	// DeadLettersMarked lists p.Consumer's dead letters that are marked
 	// for replay, oldest mark first, at most p.Limit.
-	DeadLettersMarked(ctx context.Context, p *DeadLetterListParams) ([]*DeadLetter, error)
+	DeadLettersMarked(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterUnmarkReplay clears the replay mark of one dead letter and
 	// reports whether it was marked.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.EffectStore = (*Driver)(nil)
@@ -79,7 +80,7 @@ func (d *Driver) ledgerErr(err error) error {
 // INSERT; a step seen before is locked (FOR UPDATE, or SQLite's write
 // lock), read and, if it may start again, updated in one short
 // transaction.
-func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxtype.EffectEntry, bool, error) {
 	db, release, err := d.ledgerWriter(ctx)
 	if err != nil {
 		return nil, false, err
@@ -91,9 +92,9 @@ func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginPara
 			return nil, false, d.ledgerErr(err)
 		}
 		if inserted {
-			return &inboxdriver.EffectEntry{
+			return &inboxtype.EffectEntry{
 				Consumer: p.Consumer, MessageID: p.ID, Step: p.Step,
-				State: inboxdriver.EffectStarted, Attempts: 1, StartedAt: p.Now,
+				State: inboxtype.EffectStarted, Attempts: 1, StartedAt: p.Now,
 			}, true, nil
 		}
 		e, started, err := d.effectRestart(ctx, db, p)
@@ -125,9 +126,9 @@ func (d *Driver) effectInsert(ctx context.Context, db ledgerDB, p *inboxdriver.E
 
 // effectRestart locks and reads an existing entry and restarts it if it may
 // be called again. It returns a nil entry when there is none.
-func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (*inboxtype.EffectEntry, bool, error) {
 	var (
-		e       *inboxdriver.EffectEntry
+		e       *inboxtype.EffectEntry
 		started bool
 	)
 	err := inTx(ctx, db, func(tx *sql.Tx) error {
@@ -140,14 +141,14 @@ func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.
 		if err != nil {
 			return err
 		}
-		started = e.State == inboxdriver.EffectFailed || (e.State == inboxdriver.EffectStarted && p.RetryStarted)
+		started = e.State == inboxtype.EffectFailed || (e.State == inboxtype.EffectStarted && p.RetryStarted)
 		if !started {
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, d.q.effectRestart, d.timeArg(p.Now), p.Consumer, p.ID, p.Step); err != nil {
 			return err
 		}
-		e.State, e.StartedAt, e.Result, e.DoneAt = inboxdriver.EffectStarted, p.Now, nil, time.Time{}
+		e.State, e.StartedAt, e.Result, e.DoneAt = inboxtype.EffectStarted, p.Now, nil, time.Time{}
 		e.Attempts++
 		return nil
 	})
@@ -187,7 +188,7 @@ func (d *Driver) effectUpdate(ctx context.Context, query string, args ...any) (b
 // like any other writer.
 func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolveParams) (bool, error) {
 	var result, doneAt any
-	if p.State == inboxdriver.EffectDone {
+	if p.State == inboxtype.EffectDone {
 		result, doneAt = p.Result, d.timeArg(p.Now)
 	}
 	n, err := execCount(ctx, d.EffectsDB(), d.q.effectResolve, string(p.State), result, doneAt, p.Consumer, p.ID, p.Step)
@@ -198,7 +199,7 @@ func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolve
 }
 
 // EffectList implements inboxdriver.EffectStore.
-func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxdriver.EffectEntry, error) {
+func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	var before any
 	if !p.StartedBefore.IsZero() {
 		before = d.timeArg(p.StartedBefore)
@@ -209,7 +210,7 @@ func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*inboxdriver.EffectEntry
+	var out []*inboxtype.EffectEntry
 	for rows.Next() {
 		e, err := d.scanEffect(rows)
 		if err != nil {
@@ -221,9 +222,9 @@ func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams
 }
 
 // scanEffect reads the columns of queries.effectCols.
-func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxdriver.EffectEntry, error) {
+func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxtype.EffectEntry, error) {
 	var (
-		e     inboxdriver.EffectEntry
+		e     inboxtype.EffectEntry
 		state string
 	)
 	err := row.Scan(&e.Consumer, &e.MessageID, &e.Step, &state, &e.Result, &e.Attempts,
@@ -231,6 +232,6 @@ func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxdri
 	if err != nil {
 		return nil, err
 	}
-	e.State = inboxdriver.EffectState(state)
+	e.State = inboxtype.EffectState(state)
 	return &e, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Store is what the conformance suite needs of a store under test.
@@ -800,7 +801,7 @@ func cases[TTx any]() []testCase[TTx] {
 				t.Fatal(err)
 			}
 			requireEqual(t, "dead letters", len(list), 2)
-			var withID *inbox.DeadLetter
+			var withID *inboxtype.DeadLetter
 			for _, d := range list {
 				if d.MessageID != "" {
 					withID = d

@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 func runDeadLetters(ctx context.Context, e *Env, args []string) error {
@@ -211,7 +212,7 @@ func withOps(ctx context.Context, e *Env, sf *storeFlags, cfg *inbox.Config, fn 
 	return s.explain(fn(c))
 }
 
-func source(d *inbox.DeadLetter) string {
+func source(d *inboxtype.DeadLetter) string {
 	return inbox.Source{Transport: d.Transport, Queue: d.Queue, Partition: d.Partition, Offset: d.Offset, BrokerID: d.BrokerID}.String()
 }
 
@@ -232,7 +233,7 @@ type deadLetterJSON struct {
 	PayloadBase64 bool              `json:"payload_base64,omitempty"`
 }
 
-func toJSON(d *inbox.DeadLetter) deadLetterJSON {
+func toJSON(d *inboxtype.DeadLetter) deadLetterJSON {
 	j := deadLetterJSON{
 		ID: d.ID, Consumer: d.Consumer, MessageID: d.MessageID, Reason: d.Reason, Error: d.Error,
 		Attempts: d.Attempts, FirstSeen: d.FirstSeen.UTC(), LastSeen: d.LastSeen.UTC(), Source: source(d),

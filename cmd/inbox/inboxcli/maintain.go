@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 func runPurge(ctx context.Context, e *Env, args []string) error {
@@ -217,7 +218,7 @@ func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON,
 		})
 	}
 	stuck, err := c.ListEffects(ctx, inbox.ListEffectsParams{
-		State: inbox.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
+		State: inboxtype.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
 	})
 	if err != nil {
 		out.StuckEffectsError = oneLine(err.Error())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // runPartitions is 'inbox partitions list|premake|drop': the day
@@ -128,7 +129,7 @@ type partitionsJSON struct {
 	Partitions []partitionJSON `json:"partitions"`
 }
 
-func partitionsOut(st *inbox.PartitionState) partitionsJSON {
+func partitionsOut(st *inboxtype.PartitionState) partitionsJSON {
 	out := partitionsJSON{Now: st.Now.UTC(), Partitions: []partitionJSON{}}
 	out.Oldest, out.Newest = st.Range()
 	if !out.Oldest.IsZero() {
@@ -148,7 +149,7 @@ func partitionsOut(st *inbox.PartitionState) partitionsJSON {
 	return out
 }
 
-func printPartitions(w io.Writer, st *inbox.PartitionState) {
+func printPartitions(w io.Writer, st *inboxtype.PartitionState) {
 	out := partitionsOut(st)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tIDS FROM\tTO\tROWS\tSIZE\tSTATE")
@@ -178,7 +179,7 @@ func coverage(out partitionsJSON) string {
 		out.Now.Format(time.RFC3339))
 }
 
-func printReport(w io.Writer, rep *inbox.PartitionReport, dryRun bool) {
+func printReport(w io.Writer, rep *inboxtype.PartitionReport, dryRun bool) {
 	if rep.Skipped {
 		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
 		return
@@ -189,7 +190,7 @@ func printReport(w io.Writer, rep *inbox.PartitionReport, dryRun bool) {
 		}
 		return done
 	}
-	list := func(what string, ps []inbox.Partition) {
+	list := func(what string, ps []inboxtype.Partition) {
 		if len(ps) == 0 {
 			return
 		}

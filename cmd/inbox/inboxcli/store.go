@@ -20,6 +20,7 @@ import (
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxsql/inboxmysql"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // storeFlags are the flags that say which store and tables a command uses.
@@ -45,15 +46,15 @@ func (f *storeFlags) register(fs *flagSet) {
 type ops interface {
 	Purge(ctx context.Context, p inbox.PurgeParams) (int64, error)
 	Forget(ctx context.Context, consumer, id string) error
-	Stats(ctx context.Context) (*inbox.Stats, error)
-	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inbox.EffectEntry, error)
-	DeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
-	DeadLetterGet(ctx context.Context, id int64) (*inbox.DeadLetter, error)
+	Stats(ctx context.Context) (*inboxtype.Stats, error)
+	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inboxtype.EffectEntry, error)
+	DeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error)
+	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, id int64) error
 	MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error)
 	MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error)
-	Partitions(ctx context.Context) (*inbox.PartitionState, error)
-	MaintainPartitions(ctx context.Context, p inbox.MaintainPartitionsParams) (*inbox.PartitionReport, error)
+	Partitions(ctx context.Context) (*inboxtype.PartitionState, error)
+	MaintainPartitions(ctx context.Context, p inbox.MaintainPartitionsParams) (*inboxtype.PartitionReport, error)
 	Config() inbox.Config
 }
 

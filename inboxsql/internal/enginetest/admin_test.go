@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -234,7 +235,7 @@ func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, params)
 
-		require.NoError(t, dd.DeadLetter(ctx, &inboxdriver.DeadLetter{Consumer: consumer, DedupKey: "k", Reason: "r", LastSeen: when}))
+		require.NoError(t, dd.DeadLetter(ctx, &inboxtype.DeadLetter{Consumer: consumer, DedupKey: "k", Reason: "r", LastSeen: when}))
 		list, err := dd.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, list, 1)

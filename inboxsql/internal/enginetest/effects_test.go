@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -160,7 +161,7 @@ func TestSQLiteEffectsDBInHandler(t *testing.T) {
 	es, err := c.ListEffects(ctx, inbox.ListEffectsParams{MessageID: id})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
-	require.Equal(t, inbox.EffectDone, es[0].State)
+	require.Equal(t, inboxtype.EffectDone, es[0].State)
 
 	// The entry is in the ledger's file, not in the inbox's.
 	count := func(db *sql.DB) int {
