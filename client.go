@@ -201,11 +201,11 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 
 // Client processes messages exactly once per consumer over a store. It is
 // safe for concurrent use. TTx is the store's transaction type, which
-// handlers receive.
+// handlers receive. The embedded Admin is the operator's side of the same
+// store.
 type Client[TTx any] struct {
+	*Admin
 	driver inboxdriver.Driver[TTx]
-	config Config
-	logger *slog.Logger
 }
 
 // NewClient returns a client over driver. config may be nil; its zero
@@ -214,55 +214,15 @@ func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client
 	if driver == nil {
 		return nil, errors.New("inbox: NewClient: driver is nil")
 	}
-	cfg := config.withDefaults()
-	if err := cfg.validate(driver.Tables()); err != nil {
+	a, err := NewAdmin(driver, config)
+	if err != nil {
 		return nil, err
 	}
-	if err := cfg.validatePartitions(driver); err != nil {
-		return nil, err
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	return &Client[TTx]{driver: driver, config: cfg, logger: logger}, nil
+	return &Client[TTx]{Admin: a, driver: driver}, nil
 }
 
 // Driver returns the client's driver.
 func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }
-
-// Config returns the client's configuration with defaults applied.
-func (c *Client[TTx]) Config() Config { return c.config }
-
-// classify wraps err, from the store, with the sentinel of its class, so
-// that callers can test it with errors.Is.
-func (c *Client[TTx]) classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if perr := partitionError(err); perr != nil {
-		return perr
-	}
-	switch c.driver.Classify(err) {
-	case inboxdriver.ClassConflict:
-		if !errors.Is(err, ErrConflict) {
-			return fmt.Errorf("%w: %w", ErrConflict, err)
-		}
-	case inboxdriver.ClassLockTimeout:
-		if !errors.Is(err, ErrLockTimeout) {
-			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
-		}
-	case inboxdriver.ClassUnavailable:
-		if !errors.Is(err, ErrUnavailable) {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-	case inboxdriver.ClassDenied:
-		if !errors.Is(err, ErrPermissionDenied) {
-			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
-		}
-	}
-	return err
-}
 
 // handlerErr marks a handler's failure. It is not classified as the
 // store's errors are: a handler's io.EOF or net.Error from its own work is

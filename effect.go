@@ -202,10 +202,10 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 // ledgerWriteTimeout bounds the ledger write that follows a call.
 const ledgerWriteTimeout = 10 * time.Second
 
-func (c *Client[TTx]) effectStore() (inboxdriver.EffectStore, error) {
-	store, ok := c.driver.(inboxdriver.EffectStore)
+func (a *Admin) effectStore() (inboxdriver.EffectStore, error) {
+	store, ok := a.driver.(inboxdriver.EffectStore)
 	if !ok {
-		return nil, fmt.Errorf("%w: %T does not implement inboxdriver.EffectStore", ErrEffectsUnsupported, c.driver)
+		return nil, fmt.Errorf("%w: %T does not implement inboxdriver.EffectStore", ErrEffectsUnsupported, a.driver)
 	}
 	return store, nil
 }
@@ -235,8 +235,8 @@ type ListEffectsParams struct {
 }
 
 // ListEffects lists entries of the effects ledger, oldest start first.
-func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxtype.EffectEntry, error) {
-	store, err := c.effectStore()
+func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxtype.EffectEntry, error) {
+	store, err := a.effectStore()
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*
 		}
 	}
 	if p.MessageID != "" {
-		if lp.ID, err = c.canonicalID(p.MessageID); err != nil {
+		if lp.ID, err = a.canonicalID(p.MessageID); err != nil {
 			return nil, fmt.Errorf("inbox: list effects: %w", err)
 		}
 	}
@@ -261,7 +261,7 @@ func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*
 	}
 	es, err := store.EffectList(ctx, lp)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list effects: %w", c.classify(err))
+		return nil, fmt.Errorf("inbox: list effects: %w", a.classify(err))
 	}
 	return es, nil
 }
@@ -285,8 +285,8 @@ type ResolveEffectParams struct {
 // that parked its message with ErrUnknownOutcome. Check with the provider
 // first; then replay the message's dead letter. It returns an error
 // wrapping ErrNotFound when the step is not in state EffectStarted.
-func (c *Client[TTx]) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
-	id, err := c.check(p.Consumer, p.MessageID)
+func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
+	id, err := a.check(p.Consumer, p.MessageID)
 	if err != nil {
 		return err
 	}
@@ -296,21 +296,21 @@ func (c *Client[TTx]) ResolveEffect(ctx context.Context, p ResolveEffectParams) 
 	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
 		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
 	}
-	store, err := c.effectStore()
+	store, err := a.effectStore()
 	if err != nil {
 		return err
 	}
 	where := p.Consumer + "/" + id + "/" + p.Step
 	ok, err := store.EffectResolve(ctx, &inboxdriver.EffectResolveParams{
 		EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: p.Consumer, ID: id, Step: p.Step},
-		State:           p.State, Result: p.Result, Now: c.config.Now(),
+		State:           p.State, Result: p.Result, Now: a.config.Now(),
 	})
 	if err != nil {
-		return fmt.Errorf("inbox: resolve effect %s: %w", where, c.classify(err))
+		return fmt.Errorf("inbox: resolve effect %s: %w", where, a.classify(err))
 	}
 	if !ok {
 		return fmt.Errorf("inbox: resolve effect %s: no started step: %w", where, ErrNotFound)
 	}
-	c.logger.InfoContext(ctx, "inbox: effect resolved by an operator", "consumer", p.Consumer, "id", id, "step", p.Step, "state", p.State)
+	a.logger.InfoContext(ctx, "inbox: effect resolved by an operator", "consumer", p.Consumer, "id", id, "step", p.Step, "state", p.State)
 	return nil
 }

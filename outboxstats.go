@@ -32,12 +32,12 @@ type OutboxStats struct {
 // OutboxStats reports the store's outbox, beside Stats: the pending and
 // parked events and the lag, as of Config.Now. It counts every row: use it
 // for operations and metrics, not on a hot path.
-func (c *Client[TTx]) OutboxStats(ctx context.Context) (*OutboxStats, error) {
-	a, ok := c.driver.(inboxdriver.OutboxAdmin)
+func (a *Admin) OutboxStats(ctx context.Context) (*OutboxStats, error) {
+	oa, ok := a.driver.(inboxdriver.OutboxAdmin)
 	if !ok {
 		return nil, ErrNoOutbox
 	}
-	return ReadOutboxStats(ctx, a, c.config.Now())
+	return ReadOutboxStats(ctx, oa, a.config.Now())
 }
 
 // ReadOutboxStats reads the outbox of the store behind a, as of now.

@@ -256,11 +256,11 @@ func (c *Client[TTx]) callTx(ctx context.Context, consumer, id string, tx TTx, f
 }
 
 // check validates consumer and returns id canonicalised.
-func (c *Client[TTx]) check(consumer, id string) (string, error) {
+func (a *Admin) check(consumer, id string) (string, error) {
 	if err := ValidateConsumer(consumer); err != nil {
 		return "", err
 	}
-	canon, err := c.canonicalID(id)
+	canon, err := a.canonicalID(id)
 	if err != nil {
 		return "", idFailure(consumer, err)
 	}

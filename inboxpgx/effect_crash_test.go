@@ -269,7 +269,7 @@ func (e *effectEnv) ledger(msg inbox.Message) *inboxtype.EffectEntry {
 
 func (e *effectEnv) requireParked(msg inbox.Message) *inboxtype.DeadLetter {
 	e.t.Helper()
-	dls, err := e.client.DeadLetters(context.Background(), consumer, 10)
+	dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: consumer, Limit: 10})
 	require.NoError(e.t, err)
 	require.Len(e.t, dls, 1, "dead letters")
 	require.Equal(e.t, msg.ID, dls[0].MessageID)
@@ -279,7 +279,7 @@ func (e *effectEnv) requireParked(msg inbox.Message) *inboxtype.DeadLetter {
 
 func (e *effectEnv) requireNotParked() {
 	e.t.Helper()
-	dls, err := e.client.DeadLetters(context.Background(), consumer, 10)
+	dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: consumer, Limit: 10})
 	require.NoError(e.t, err)
 	require.Empty(e.t, dls, "dead letters")
 }
@@ -411,7 +411,7 @@ func testCrashIgnoringNonIdempotent(t *testing.T, point fault.Point) {
 		require.NoError(t, e.client.ResolveEffect(ctx, inbox.ResolveEffectParams{
 			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inboxtype.EffectDone, Result: []byte(caps[0])}))
 	}
-	inboxtest.RequireApplied(t)(e.client.ReplayDeadLetter(ctx, dl.ID, h))
+	inboxtest.RequireApplied(t)(e.client.ProcessDeadLetter(ctx, dl.ID, h))
 	caps = e.requireCaptures(msg, 1, 1)
 	e.requirePayment(msg, caps[0])
 	inboxtest.RequireDuplicate(t)(e.client.Process(ctx, consumer, msg, h))

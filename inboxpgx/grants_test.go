@@ -173,10 +173,10 @@ func TestGrants(t *testing.T) {
 					return err
 				}
 			}
-			if _, err := op.MarkDeadLettersForReplay(ctx, "billing"); err != nil {
+			if _, err := op.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"}); err != nil {
 				return err
 			}
-			_, err := app.ReplayDeadLetters(ctx, "billing", h)
+			_, err := app.ProcessReplays(ctx, "billing", h)
 			return err
 		}
 		require.NoError(t, replay())

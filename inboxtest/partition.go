@@ -48,7 +48,7 @@ func (x *suite[TTx]) deadLetterAsAnAdapterDoes(t *testing.T, c *inbox.Client[TTx
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: err, Attempts: 1}); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
-	list, lerr := c.DeadLetters(ctx, consumer, 100)
+	list, lerr := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
 	if lerr != nil {
 		t.Fatalf("DeadLetters: %v", lerr)
 	}

@@ -42,7 +42,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if err := parseFlags(fs, args, 0); err != nil {
 			return err
 		}
-		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
 			st, err := c.Partitions(ctx)
 			if err != nil {
 				return err
@@ -88,7 +88,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			}
 			p.Retention = retention.d
 		}
-		return withOps(ctx, e, &sf, cfg, func(c ops) error {
+		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 			rep, err := c.MaintainPartitions(ctx, p)
 			if err != nil {
 				return err
@@ -233,7 +233,7 @@ func detectLayout(ctx context.Context, pool *pgxpool.Pool, t inboxdriver.Tables)
 
 // statsPartitions adds the partition state of a partitioned inbox to
 // 'inbox stats'.
-func statsPartitions(ctx context.Context, c ops, out *statsJSON) {
+func statsPartitions(ctx context.Context, c *inbox.Admin, out *statsJSON) {
 	st, err := c.Partitions(ctx)
 	if err != nil {
 		out.PartitionsError = oneLine(err.Error())
