@@ -49,9 +49,11 @@ type Config struct {
 	// handler's statements. Negative means wait without limit. Defaults to
 	// DefaultLockTimeout (5s).
 	//
-	// On Postgres the bound costs two statements in the claim's round trip,
-	// which set lock_timeout and restore it; BenchmarkClaim in inboxpgx
-	// measures it (SingleNoLockTimeout).
+	// On Postgres (inboxpgx) the bound costs two statements in the claim's
+	// round trip, which set lock_timeout and restore it, unless the pool's
+	// sessions already have lock_timeout equal to it (set
+	// pgxpool.Config.ConnConfig.RuntimeParams["lock_timeout"], in
+	// milliseconds); the handler's statements then have that bound too.
 	LockTimeout time.Duration
 
 	// MaxConflictRetries is how many times a transaction that failed with a

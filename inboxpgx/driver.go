@@ -1,54 +1,13 @@
 // Package inboxpgx is the inbox's Postgres store, over pgx v5 and its pool.
-// It is the primary store: handlers receive a pgx.Tx.
+// Handlers receive a pgx.Tx. A claim travels with the BEGIN in one round
+// trip, and a PipelineFunc handler's whole transaction in one.
 //
-// A claim travels with the BEGIN in one pipelined batch (pgx's
-// Batch.BeginTx), so processing a message costs the same round trips as the
-// bare BEGIN; UPDATE; COMMIT it protects: begin and claim, the handler's
-// statements, commit.
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	driver, _ := inboxpgx.New(pool, nil)
+//	client, _ := inbox.NewClient(driver, nil)
 //
-// # Pipelined handlers
-//
-// A PipelineFunc (or PipelineBatchFunc) queues its statements on a
-// pgx.Batch instead of running them, and Process (or ProcessBatch) then
-// sends the whole transaction as one batch: BEGIN, the claim as a plain
-// INSERT, the statements, COMMIT; one round trip for a new message. A
-// duplicate fails the claim with a unique violation, the server skips the
-// rest, and the driver rolls the aborted transaction back. pgx prepares a
-// failed batch's statements again on their next use, and the server logs
-// the violation, so after a duplicate the client looks messages up first
-// (one SELECT) until one is new.
-//
-// # Concurrent duplicates
-//
-// A second delivery of a message whose first delivery is still in flight
-// waits in its INSERT on the first transaction's uncommitted row: the unique
-// key is the lock. When the first commits, the second finds the row and is a
-// Duplicate; when the first rolls back, the second claims and applies. The
-// wait is bounded by the client's LockTimeout, after which the claim fails
-// with inbox.ErrLockTimeout.
-//
-// # Grants
-//
-// A consumer's role needs SELECT and INSERT on the inbox, and SELECT,
-// INSERT and UPDATE of four columns on the dead letters; a cleaner's needs
-// DELETE: docs/GRANTS.md lists each role's grants, and why.
-//
-// # Effects ledger
-//
-// The driver keeps the ledger of remote side effects (inbox.Client.Effect)
-// in the effects table: it implements inboxdriver.EffectStore. Each ledger
-// write commits on its own connection while the handler's transaction holds
-// another, so a pool serving N concurrent handlers that use Effect needs
-// more than N connections.
-//
-// # Outbox
-//
-// The driver keeps the producer's outbox (package outbox) in the tables
-// Tables.Outbox and Tables.OutboxKeys: it implements
-// inboxdriver.OutboxStore. An enqueue is one INSERT over unnest, whatever
-// the number of events; a relay's claim sends the ordered and the
-// unordered claims in one round trip, each an UPDATE over rows locked with
-// FOR UPDATE SKIP LOCKED.
+// The tables come from package inboxmigrate; docs/GRANTS.md lists the
+// grants of each role.
 package inboxpgx
 
 import (
@@ -87,6 +46,15 @@ type Config struct {
 }
 
 // Driver is the inbox store on a pgx pool. It is safe for concurrent use.
+//
+// It keeps the ledger of remote side effects (inbox.Client.Effect) in the
+// effects table: each ledger write commits on its own connection while the
+// handler's transaction holds another, so a pool serving N concurrent
+// handlers that use Effect needs more than N connections. It keeps the
+// producer's outbox (package outbox) in Tables.Outbox and
+// Tables.OutboxKeys: an enqueue is one INSERT over unnest, and a relay's
+// claim sends the ordered and the unordered claims in one round trip, each
+// an UPDATE over rows locked with FOR UPDATE SKIP LOCKED.
 type Driver struct {
 	pool      *pgxpool.Pool
 	tables    inboxdriver.Tables
@@ -134,8 +102,16 @@ func (d *Driver) Dialect() inboxdriver.Dialect { return inboxdriver.DialectPostg
 func (d *Driver) Tables() inboxdriver.Tables { return d.tables }
 
 // BeginClaim implements inboxdriver.Driver. BEGIN and the claim go to the
-// server in one pipelined batch: one INSERT, of one row or FROM unnest. A
-// Pipelined handler's claim is deferred to Commit (see pipeline.go).
+// server in one pipelined batch (pgx's Batch.BeginTx): one INSERT, of one
+// row or FROM unnest. Processing a message then costs the round trips of
+// the bare BEGIN; UPDATE; COMMIT it protects. A Pipelined handler's claim
+// is deferred to Commit (see PipelineFunc).
+//
+// A second delivery of a message whose first delivery is still in flight
+// waits in its INSERT on the first transaction's uncommitted row: the
+// unique key is the lock. When the first commits, the second finds the row
+// and is a Duplicate; when the first rolls back, the second claims and
+// applies. ClaimParams.LockTimeout bounds the wait.
 func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, []bool, error) {
 	if p.Pipelined {
 		if tx, claimed, ok, err := d.beginPipelined(ctx, p); ok || err != nil {

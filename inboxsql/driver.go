@@ -29,6 +29,22 @@ const (
 	MariaDB Dialect = "mariadb"
 )
 
+// Opening the database.
+//
+//   - SQLite: inboxsqlite.Open (see below) and inboxsqlite.Engine.
+//     Package inboxsqlite registers modernc.org/sqlite as "sqlite".
+//   - Postgres: inboxpostgres.Open(url), or stdlib.OpenDBFromPool over a
+//     pgx pool, and inboxpostgres.Engine. Package inboxpgx is the primary
+//     Postgres store: it sends the claim with the BEGIN in one round trip.
+//     Use this one where the application already speaks database/sql.
+//   - MySQL or MariaDB: sql.Open("mysql", dsn), with package inboxmysql
+//     imported, which registers go-sql-driver/mysql. Pass
+//     inboxmysql.MariaDB for a MariaDB server (10.5 or later),
+//     inboxmysql.MySQL otherwise. Times are stored in DATETIME(6) columns in
+//     UTC, and sent and read as text, so the DSN's parseTime and loc and
+//     the session's time_zone do not move them. The server must run in a
+//     strict sql_mode (the default since MySQL 5.7 and MariaDB 10.2.4).
+
 // Engine is what the store needs to know of a database/sql driver that
 // database/sql cannot tell it: the SQL dialect the database speaks, and
 // what the driver's own errors mean. Each engine package provides one and
@@ -80,7 +96,7 @@ type Config struct {
 
 	// EffectsDB is, on SQLite only, a second database, in a file of its
 	// own, that holds the effects ledger of inbox.Client.Effect, migrated
-	// like the first (see "Effects ledger" in the package documentation).
+	// like the first (see ErrLedgerLocked).
 	// SQLite has one writer per database file, and a handler's transaction
 	// holds that file's write lock until it ends: only a ledger in another
 	// file can record a step while a handler runs. Open it with inboxsqlite.Open

@@ -13,6 +13,67 @@ import (
 
 var _ inboxdriver.EffectStore = (*Driver)(nil)
 
+// The effects ledger.
+//
+// The Driver keeps the ledger of inbox.Client.Effect (it implements
+// inboxdriver.EffectStore) in the table that inboxmigrate creates beside
+// the inbox, Tables.Effects. Each ledger write is its own short statement
+// or transaction, committed outside the message's transaction, so it
+// survives that transaction's rollback; it runs on another connection of
+// the pool, so give the pool more connections than the handlers that run
+// at once. A step seen before is locked while it is read and restarted:
+// SELECT … FOR UPDATE on Postgres and MySQL, the write lock on SQLite.
+// [Driver.PurgeBatch] deletes the ledger entries of the messages it
+// purges, and [Driver.Forget] those of the message it forgets.
+//
+// On Postgres, MySQL and MariaDB that is all. SQLite has one writer per
+// database file, and a message's transaction holds the write lock from its
+// claim until it ends, so a ledger write made from the handler, in the same
+// file, waits for a lock that its own caller holds. It cannot succeed: it
+// would wait until the busy timeout and fail with SQLITE_BUSY, which the
+// client takes for a conflict and retries, waiting again each time; with a
+// pool of one connection, which the handler's transaction holds, it would
+// wait for a connection for as long as its context lets it.
+//
+// So on SQLite, give the ledger a database file of its own with
+// Config.EffectsDB. Open it with inboxsqlite.Open and migrate it like the inbox's:
+// it is a store of its own, of which only the ledger table is used. Point
+// the inbox command at it to list stuck steps (inbox stats).
+//
+//	db, err := inboxsqlite.Open("inbox.db")
+//	if err != nil { ... }
+//	effects, err := inboxsqlite.Open("inbox-effects.db")
+//	if err != nil { ... }
+//	ld, err := inboxsql.New(effects, inboxsqlite.Engine, nil)
+//	if err != nil { ... }
+//	// Migrate ld with inboxmigrate, as d.
+//	d, err := inboxsql.New(db, inboxsqlite.Engine, &inboxsql.Config{EffectsDB: effects})
+//
+// The ledger's writes then take the other file's write lock, which no
+// message transaction holds. The two files do not commit together:
+// PurgeBatch and Forget delete the ledger entries first, then the inbox
+// rows, so a crash in between leaves inbox rows whose entries are gone.
+// Those messages are still Duplicates, and the next purge, or Forget run
+// again, deletes the rows.
+//
+// Without Config.EffectsDB, the default, the ledger is in the inbox's file,
+// and a ledger write of Effect fails at once with [ErrLedgerLocked] while a
+// message transaction that this Driver began is open: always inside a
+// handler of Process or ProcessBatch, and also when Effect is called
+// outside a handler while another goroutine's message is in flight. There
+// Effect works only while no message transaction is open, such as before
+// the transaction that the caller runs with ClaimTx. ErrLedgerLocked is
+// retryable, and a failure of the inbox's own work (the ledger), so never
+// the message's: a transport adapter pauses and retries it, and logs the
+// outage, until the ledger has a file of its own. The Driver cannot see a transaction that the caller began for
+// ClaimTx: Effect inside one waits for the busy timeout and fails with a
+// conflict whose message says why, or, with a pool of one connection,
+// fails with ErrLedgerLocked when no connection has freed up within
+// DefaultSQLiteBusyTimeout.
+//
+// inbox.Client.ResolveEffect, an operator's write, waits for the write lock
+// like any other writer.
+
 // ErrLedgerLocked is returned, on SQLite with the effects ledger in the
 // inbox's own database file (Config.EffectsDB nil), by the ledger writes of
 // inbox.Client.Effect while a message transaction of this Driver is open,
