@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -53,19 +52,19 @@ func (a *Admin) classify(err error) error {
 	switch a.driver.Classify(err) {
 	case inboxdriver.ClassConflict:
 		if !errors.Is(err, ErrConflict) {
-			return fmt.Errorf("%w: %w", ErrConflict, err)
+			return marked(ErrConflict, err)
 		}
 	case inboxdriver.ClassLockTimeout:
 		if !errors.Is(err, ErrLockTimeout) {
-			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
+			return marked(ErrLockTimeout, err)
 		}
 	case inboxdriver.ClassUnavailable:
 		if !errors.Is(err, ErrUnavailable) {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+			return marked(ErrUnavailable, err)
 		}
 	case inboxdriver.ClassDenied:
 		if !errors.Is(err, ErrPermissionDenied) {
-			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
+			return marked(ErrPermissionDenied, err)
 		}
 	}
 	return err

@@ -234,9 +234,9 @@ func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }
 func (c *Client[TTx]) handlerErr(err error, broken bool) error {
 	switch {
 	case broken:
-		return fmt.Errorf("%w: %w", errConnLost, err)
+		return marked(errConnLost, err)
 	case c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict):
-		return fmt.Errorf("%w: %w", ErrConflict, err)
+		return marked(ErrConflict, err)
 	}
 	return err
 }

@@ -176,7 +176,7 @@ func (a *Admin) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLet
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Drivers name the id in their error too: say it once.
-		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, trimPrefix{ErrNotFound})
 	case err != nil:
 		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, a.classify(err))
 	}
@@ -215,7 +215,7 @@ func (a *Admin) DeleteDeadLetter(ctx context.Context, id int64) error {
 		return fmt.Errorf("inbox: delete dead letter %d: %w", id, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: delete dead letter %d: %w", id, ErrNotFound)
+		return fmt.Errorf("inbox: delete dead letter %d: %w", id, trimPrefix{ErrNotFound})
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/txinbox/inbox/inboxdriver"
 )
@@ -135,3 +136,17 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }
+
+// marked wraps err with a sentinel, for errors.Is, in a text that does not
+// repeat "inbox:": "store unavailable: dial tcp …".
+func marked(sentinel, err error) error {
+	return &markedError{sentinel: sentinel, err: err}
+}
+
+type markedError struct{ sentinel, err error }
+
+func (e *markedError) Error() string {
+	return strings.TrimPrefix(e.sentinel.Error(), "inbox: ") + ": " + e.err.Error()
+}
+
+func (e *markedError) Unwrap() []error { return []error{e.sentinel, e.err} }

@@ -25,7 +25,7 @@ func (a *Admin) Forget(ctx context.Context, consumer, id string) error {
 		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
+		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, trimPrefix{ErrNotFound})
 	}
 	a.logger.InfoContext(ctx, "inbox: forgot a message; its next delivery applies again", "consumer", consumer, "id", canon)
 	return nil

@@ -174,11 +174,11 @@ func partitionError(err error) error {
 	}
 	switch npe.Miss {
 	case inboxdriver.MissExpired:
-		return Permanent(fmt.Errorf("%w: %w", ErrIDExpired, err))
+		return Permanent(marked(ErrIDExpired, err))
 	case inboxdriver.MissFuture:
-		return Permanent(fmt.Errorf("%w: %w", ErrIDFuture, err))
+		return Permanent(marked(ErrIDFuture, err))
 	default:
-		return fmt.Errorf("%w: %w", ErrNoPartition, err)
+		return marked(ErrNoPartition, err)
 	}
 }
 

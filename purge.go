@@ -39,7 +39,7 @@ type PurgeParams struct {
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 	if p.OlderThan < a.config.ReplayHorizon {
 		return 0, fmt.Errorf("inbox: purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new: %w",
-			FormatDuration(p.OlderThan), FormatDuration(a.config.ReplayHorizon), ErrWindowTooShort)
+			FormatDuration(p.OlderThan), FormatDuration(a.config.ReplayHorizon), trimPrefix{ErrWindowTooShort})
 	}
 	if p.Consumer != "" {
 		if err := ValidateConsumer(p.Consumer); err != nil {
@@ -81,7 +81,7 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 			return total, nil
 		}
 		if err := a.rest(ctx, time.Since(start)); err != nil {
-			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, err)
+			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, trimPrefix{err})
 		}
 	}
 }
@@ -116,10 +116,10 @@ func (a *Admin) rest(ctx context.Context, worked time.Duration) error {
 func (a *Admin) RunCleaner(ctx context.Context) error {
 	if a.config.Retention < a.config.ReplayHorizon {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
-			FormatDuration(a.config.Retention), FormatDuration(a.config.ReplayHorizon), ErrWindowTooShort)
+			FormatDuration(a.config.Retention), FormatDuration(a.config.ReplayHorizon), trimPrefix{ErrWindowTooShort})
 	}
 	if err := a.config.validatePartitions(a.driver); err != nil {
-		return fmt.Errorf("inbox: cleaner: %w", err)
+		return fmt.Errorf("inbox: cleaner: %w", trimPrefix{err})
 	}
 	lockKey := "inbox-cleaner:" + a.driver.Tables().Schema + "." + a.driver.Tables().Inbox
 	ticker := time.NewTicker(a.config.CleanerInterval)
@@ -140,7 +140,7 @@ func (a *Admin) RunCleaner(ctx context.Context) error {
 			return nil
 		case errors.Is(err, ErrPermissionDenied):
 			a.logger.ErrorContext(ctx, "inbox: cleaner stopped: the store refused the purge for want of a privilege", "err", err)
-			return fmt.Errorf("inbox: cleaner: %w", err)
+			return fmt.Errorf("inbox: cleaner: %w", trimPrefix{err})
 		case err != nil:
 			a.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
 		case !ran:

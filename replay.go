@@ -152,7 +152,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		return ReplayResult{DeadLetter: d, Outcome: outcome}, nil
 	}
 	if storeFailure(err) {
-		return ReplayResult{}, fmt.Errorf("inbox: replay dead letter %d: %w", d.ID, err)
+		return ReplayResult{}, fmt.Errorf("inbox: replay dead letter %d: %w", d.ID, trimPrefix{err})
 	}
 	if derr := c.DeadLetter(ctx, DeadLetterParams{Consumer: d.Consumer, Message: msg, Err: err, Attempts: d.Attempts + 1}); derr != nil {
 		return ReplayResult{}, derr
