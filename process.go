@@ -143,7 +143,13 @@ func (c *Client[TTx]) transact(ctx context.Context, consumer string, msgs []Mess
 func (c *Client[TTx]) transactOnce(ctx context.Context, consumer string, msgs []Message, h Handler[TTx], pipelined, retried bool) (a attempt) {
 	ctx, obs := c.observeTx(ctx, consumer, msgs)
 	if obs != nil {
-		defer func() { obs.end(ctx, a.outcomes, retried, a.err) }()
+		defer func() {
+			if errors.Is(a.err, errClaimFirst) {
+				obs.end(ctx, nil, retried, nil) // nothing done: it runs again
+				return
+			}
+			obs.end(ctx, a.outcomes, retried, a.err)
+		}()
 	}
 	ids := make([]string, len(msgs))
 	for i, m := range msgs {

@@ -206,3 +206,38 @@ func TestLockTimeoutOnAFreshConnection(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionLockTimeoutMatchingTheClaim checks a pool whose sessions
+// already have the client's lock timeout, where the claim sends no
+// statements around it: the bound still holds, for the claim and, as the
+// session says, for the handler.
+func TestSessionLockTimeoutMatchingTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := newDriver(t, inboxdriver.Tables{})
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "200"
+	own, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(own.Close)
+	od, err := inboxpgx.New(own, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
+	require.NoError(t, err)
+	c, err := inbox.NewClient(od, &inbox.Config{LockTimeout: 200 * time.Millisecond, MaxConflictRetries: -1})
+	require.NoError(t, err)
+
+	var got []string
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, showLockTimeout(&got)))
+	require.Equal(t, []string{"200ms"}, got)
+
+	held := inboxtest.NewID()
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{held}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Rollback(context.Background(), tx) })
+	require.True(t, claimed[0])
+	_, err = c.Process(ctx, "billing", inbox.Message{ID: held}, showLockTimeout(&got))
+	require.ErrorIs(t, err, inbox.ErrLockTimeout)
+	require.Equal(t, inbox.FaultContention, inbox.Judge(err))
+	require.Len(t, got, 1)
+}

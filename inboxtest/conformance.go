@@ -415,6 +415,30 @@ func cases[TTx any]() []testCase[TTx] {
 			x.requireEffects("billing", id, 1)
 		}},
 
+		{"ErrorsSayOnceWhere", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			ctx := context.Background()
+			boom := inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error { return errors.New("boom") })
+			id := NewID()
+			_, err := c.Process(ctx, "billing", msg(id), boom)
+			requireEqual(t, "handler failure", fmt.Sprint(err), "inbox: handler billing/"+id+": boom")
+			requireEqual(t, "judged", inbox.Judge(err), inbox.FaultMessage)
+			ok, bad := NewID(), NewID()
+			poison := inbox.HandlerFunc[TTx](func(_ context.Context, _ TTx, m inbox.Message) error {
+				if m.ID == bad {
+					return inbox.Permanent(errors.New("bad payload"))
+				}
+				return nil
+			})
+			rs, err := c.ProcessBatch(ctx, "billing", []inbox.Message{msg(ok), msg(bad)}, poison)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "batch-mate", rs[0].Err, nil)
+			requireEqual(t, "poison", fmt.Sprint(rs[1].Err), "inbox: handler billing/"+bad+": permanent: bad payload")
+			requireEqual(t, "poison judged", inbox.Judge(rs[1].Err), inbox.FaultPermanent)
+		}},
+
 		{"BatchDuplicatesInsideAndAcross", func(t *testing.T, x *suite[TTx]) {
 			c := x.client(nil)
 			h, cs := x.effect("billing")
@@ -878,7 +902,7 @@ func cases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "second mark error", err, nil)
 			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dNoID})
 			requireErrorIs(t, err, inbox.ErrNoMessageID)
-			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1<<40})
+			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40})
 			requireErrorIs(t, err, inbox.ErrNotFound)
 
 			// Two concurrent marks of one dead letter: one marks it.
