@@ -22,7 +22,7 @@ const (
 	// ReasonUnknownOutcome is a message whose handler found a non-idempotent
 	// remote call started but never recorded done (ErrUnknownOutcome). A
 	// human checks with the provider, settles the step with
-	// Client.ResolveEffect, and replays the dead letter.
+	// Admin.ResolveEffect, and replays the dead letter.
 	ReasonUnknownOutcome = "unknown_outcome"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
-// ErrNoOutbox is returned by Client.OutboxStats when the store keeps no
+// ErrNoOutbox is returned by Admin.OutboxStats when the store keeps no
 // outbox (it does not implement inboxdriver.OutboxAdmin).
 var ErrNoOutbox = errors.New("inbox: the store keeps no outbox")
 

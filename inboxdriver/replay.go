@@ -10,8 +10,8 @@ import (
 // ReplayStore records requests to replay dead letters. Replaying runs the
 // consumer's handler, which only the application has: an operator marks dead
 // letters for replay ('inbox deadletters replay', or
-// inbox.Client.MarkDeadLetterForReplay), and the application replays the
-// marked ones with its handler (inbox.Client.ReplayDeadLetters).
+// inbox.Admin.ReplayDeadLetters), and the application replays the
+// marked ones with its handler (inbox.Client.ProcessReplays).
 //
 // It is optional, as EffectStore is: a store that keeps the requests also
 // implements ReplayStore, and the client finds it with a type assertion. Its

@@ -71,7 +71,7 @@ var _ inboxdriver.EffectStore = (*Driver)(nil)
 // fails with ErrLedgerLocked when no connection has freed up within
 // DefaultSQLiteBusyTimeout.
 //
-// inbox.Client.ResolveEffect, an operator's write, waits for the write lock
+// inbox.Admin.ResolveEffect, an operator's write, waits for the write lock
 // like any other writer.
 
 // ErrLedgerLocked is returned, on SQLite with the effects ledger in the

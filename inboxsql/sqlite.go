@@ -63,7 +63,7 @@ func sqliteLockWait(err error, timeout time.Duration) error {
 // yourself, use the same settings.
 //
 // SQLite has no advisory locks. The lock that picks one cleaner
-// (inbox.Client.RunCleaner) is held within the Driver's process only; two
+// (inbox.Admin.RunCleaner) is held within the Driver's process only; two
 // processes may each purge at once, which is harmless: every purge batch is
 // a short write transaction, and the write lock serialises them. Migrations
 // run inside one BEGIN IMMEDIATE transaction, which excludes every other

@@ -279,7 +279,7 @@ func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now tim
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "A step declared non-idempotent parks its message (dead letter reason unknown_outcome):")
-	fmt.Fprintln(w, "check with the provider, settle it with inbox.Client.ResolveEffect, then replay the dead letter.")
+	fmt.Fprintln(w, "check with the provider, settle it with inbox.Admin.ResolveEffect, then replay the dead letter.")
 }
 
 func formatBytes(n int64) string {
