@@ -167,9 +167,10 @@ func (d *Driver) beginPipelined(ctx context.Context, p *inboxdriver.ClaimParams)
 	return &pipeTx{d: d, p: p}, nil, true, nil
 }
 
-// noteDuplicates records whether a claim of a Pipelined handler's messages
-// found duplicates (claimed holds a false): the one place that starts and
-// ends a consumer's run of duplicates (see beginPipelined).
+// noteDuplicates records whether a claim of consumer's messages found
+// duplicates (claimed holds a false): the one place that starts and ends a
+// consumer's run of duplicates, during which claims take the forms that a
+// duplicate does not fail (see beginPipelined and BeginClaim).
 func (d *Driver) noteDuplicates(consumer string, claimed []bool) {
 	for _, c := range claimed {
 		if !c {
