@@ -105,12 +105,16 @@ func consume(ctx context.Context, c *inbox.Client[pgx.Tx]) error {
 	if _, err := c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, pipelined); err != nil {
 		return err
 	}
-	rs, err := c.ProcessBatch(ctx, "billing", []inbox.Message{{ID: inboxtest.NewID()}, {ID: inboxtest.NewID()}}, pipelined)
-	if err != nil {
-		return err
-	}
-	if rs[0].Err != nil {
-		return rs[0].Err
+	// A batch claimed with ON CONFLICT DO NOTHING, which needs SELECT on
+	// the inbox, and one deferred with the pipelined handler.
+	for _, h := range []inbox.Handler[pgx.Tx]{effect, pipelined} {
+		rs, err := c.ProcessBatch(ctx, "billing", []inbox.Message{{ID: inboxtest.NewID()}, {ID: inboxtest.NewID()}}, h)
+		if err != nil {
+			return err
+		}
+		if rs[0].Err != nil {
+			return rs[0].Err
+		}
 	}
 	dl := inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: inboxtest.NewID()}, Reason: inbox.ReasonPermanent}
 	if err := c.DeadLetter(ctx, dl); err != nil {
