@@ -6,14 +6,8 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
-
-// FrozenInbox is the plain table of an inbox adopted into the partitioned
-// layout, kept read-only until none of its ids could be claimed again.
-type FrozenInbox = inboxdriver.FrozenInbox
-
-// AdoptReport is what AdoptPlainInbox did.
-type AdoptReport = inboxdriver.AdoptReport
 
 // AdoptParams say how AdoptPlainInbox switches tables.
 type AdoptParams struct {
@@ -58,18 +52,18 @@ type AdoptParams struct {
 // process still configured with the plain layout claims correctly after it,
 // but its cleaner's purge would run the plain table's statement on the
 // partitioned one.
-func (c *Client[TTx]) AdoptPlainInbox(ctx context.Context, p AdoptParams) (*AdoptReport, error) {
-	a, ok := c.driver.(inboxdriver.Adopter)
-	if !ok || !c.partitioned() {
+func (a *Admin) AdoptPlainInbox(ctx context.Context, p AdoptParams) (*inboxtype.AdoptReport, error) {
+	ad, ok := a.driver.(inboxdriver.Adopter)
+	if !ok || !a.partitioned() {
 		return nil, fmt.Errorf("inbox: adopt: configure the store with Tables.Layout %q, the layout the inbox moves to (a Postgres store)", inboxdriver.LayoutPartitioned)
 	}
 	if p.Backfill == 0 {
-		pc := partitionConfig(c.driver)
-		p.Backfill = max(pc.Backfill, c.config.Retention+pc.MaxSkew)
+		pc := partitionConfig(a.driver)
+		p.Backfill = max(pc.Backfill, a.config.Retention+pc.MaxSkew)
 	}
-	rep, err := a.AdoptPlainInbox(ctx, &inboxdriver.AdoptParams{LockTimeout: p.LockTimeout, Attempts: p.Attempts, Backfill: p.Backfill, DryRun: p.DryRun})
+	rep, err := ad.AdoptPlainInbox(ctx, &inboxdriver.AdoptParams{LockTimeout: p.LockTimeout, Attempts: p.Attempts, Backfill: p.Backfill, DryRun: p.DryRun})
 	if err != nil {
-		return rep, c.classify(err) // the store's errors say "inbox: adopt: …
+		return rep, a.classify(err) // the store's errors say "inbox: adopt: …
 	}
 	return rep, nil
 }

@@ -3,10 +3,6 @@ package inbox
 import (
 	"context"
 	"errors"
-	"fmt"
-
-	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/internal/fault"
 )
 
 // ErrNotAttempted is the result of the messages that ProcessBatchOrdered did
@@ -62,9 +58,12 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		return nil, err
 	}
 	results := make([]BatchResult, len(msgs))
-	// Canonicalise ids and keep the first message of each id. A later
-	// message with the same id takes the first one's result.
-	first := make(map[string]int, len(msgs))
+	// Canonicalise the ids, here only, and keep the first message of each
+	// id; a later message with the same id takes the first one's result.
+	var first map[string]int
+	if len(msgs) > 1 {
+		first = make(map[string]int, len(msgs))
+	}
 	firstOf := make([]int, len(msgs))
 	unique := make([]Message, 0, len(msgs))
 	uniqueAt := make([]int, 0, len(msgs))
@@ -72,14 +71,16 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		firstOf[i] = -1
 		id, err := c.canonicalID(m.ID)
 		if err != nil {
-			results[i].Err = fmt.Errorf("inbox: consumer %s: %w", consumer, err)
+			results[i].Err = idFailure(consumer, err)
 			continue
 		}
 		if j, ok := first[id]; ok {
 			firstOf[i] = j
 			continue
 		}
-		first[id] = i
+		if first != nil {
+			first[id] = i
+		}
 		m.ID = id
 		unique = append(unique, m)
 		uniqueAt = append(uniqueAt, i)
@@ -101,181 +102,57 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 	return results, nil
 }
 
-// batchHandlerError is a handler failure at msgs[index] of a batch attempt,
-// or, with index -1, a BatchHandler's failure on the batch.
-type batchHandlerError struct {
-	index int
-	err   error
-}
-
-func (e *batchHandlerError) Error() string { return e.err.Error() }
-func (e *batchHandlerError) Unwrap() error { return e.err }
-
 // runBatch processes msgs, whose ids are canonical and distinct, and writes
-// their results to out.
+// their results to out. When a handler fails, the batch is split: around
+// the message it failed on, or in halves when that is not known (a batch
+// handler), down to single messages, so that a poison message never fails
+// its batch-mates.
 func (c *Client[TTx]) runBatch(ctx context.Context, consumer string, msgs []Message, h Handler[TTx], ordered bool, out []BatchResult) {
-	switch len(msgs) {
-	case 0:
-		return
-	case 1:
-		out[0].Outcome, out[0].Err = c.processOne(ctx, consumer, msgs[0], h)
+	if len(msgs) == 0 {
 		return
 	}
-	var outcomes []Outcome
-	err := c.retryConflicts(ctx, func() error {
-		var err error
-		outcomes, err = c.batchOnce(ctx, consumer, msgs, h)
-		return err
-	})
-	var he *batchHandlerError
+	a := c.transact(ctx, consumer, msgs, h)
 	switch {
-	case err == nil:
+	case a.err == nil:
 		for i := range out {
-			out[i] = BatchResult{Outcome: outcomes[i]}
+			out[i] = BatchResult{Outcome: a.outcomes[i]}
 		}
-	case errors.As(err, &he) && he.index < 0 && !errors.Is(err, ErrUnavailable):
-		// A BatchHandler failed, and which message it failed on is not
-		// known: run each half as a batch, splitting again where it fails,
-		// down to single messages.
-		mid := len(msgs) / 2
-		c.logger.DebugContext(ctx, "inbox: splitting a failed batch in halves", "consumer", consumer, "messages", len(msgs), "err", err)
-		c.runBatch(ctx, consumer, msgs[:mid], h, ordered, out[:mid])
-		if ordered && anyRetryable(out[:mid]) {
-			notAttempted(out[mid:])
-			return
-		}
-		c.runBatch(ctx, consumer, msgs[mid:], h, ordered, out[mid:])
-	case errors.As(err, &he) && !errors.Is(err, ErrUnavailable):
-		// Isolate the failing message: the ones before it as a batch, it
-		// alone, the ones after it as a batch.
-		k := he.index
-		c.logger.DebugContext(ctx, "inbox: splitting batch around a failed message", "consumer", consumer, "id", msgs[k].ID, "err", err)
-		c.runBatch(ctx, consumer, msgs[:k], h, ordered, out[:k])
-		if ordered && anyRetryable(out[:k]) {
-			notAttempted(out[k:])
-			return
-		}
-		out[k].Outcome, out[k].Err = c.processOne(ctx, consumer, msgs[k], h)
-		if ordered && IsRetryable(out[k].Err) {
-			notAttempted(out[k+1:])
-			return
-		}
-		c.runBatch(ctx, consumer, msgs[k+1:], h, ordered, out[k+1:])
-	default:
-		err = fmt.Errorf("inbox: process batch of %d for %s: %w", len(msgs), consumer, err)
+		return
+	case len(msgs) == 1 || len(a.suspects) == 0 || errors.Is(a.err, ErrUnavailable):
 		for i := range out {
-			out[i] = BatchResult{Err: err}
+			out[i] = BatchResult{Err: a.err}
+		}
+		return
+	}
+	// The ones before the suspects as a batch, the suspects (split in
+	// halves when there are many), the ones after them as a batch.
+	lo := index(msgs, a.suspects[0])
+	hi := lo + len(a.suspects)
+	parts := [][2]int{{0, lo}, {lo, hi}, {hi, len(msgs)}}
+	if hi-lo > 1 {
+		mid := (lo + hi) / 2
+		parts = [][2]int{{0, lo}, {lo, mid}, {mid, hi}, {hi, len(msgs)}}
+	}
+	c.logger.DebugContext(ctx, "inbox: splitting a failed batch", "consumer", consumer, "messages", len(msgs), "suspects", hi-lo, "err", a.err)
+	for k, p := range parts {
+		c.runBatch(ctx, consumer, msgs[p[0]:p[1]], h, ordered, out[p[0]:p[1]])
+		if ordered && anyRetryable(out[p[0]:p[1]]) {
+			for _, q := range parts[k+1:] {
+				notAttempted(out[q[0]:q[1]])
+			}
+			return
 		}
 	}
 }
 
-// processOne is Process for a message whose id is canonical.
-func (c *Client[TTx]) processOne(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (Outcome, error) {
-	var outcome Outcome
-	err := c.retryConflicts(ctx, func() error {
-		var err error
-		outcome, err = c.processOnce(ctx, consumer, msg, h)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("inbox: process %s/%s: %w", consumer, msg.ID, err)
-	}
-	return outcome, nil
-}
-
-// batchOnce runs one transaction over msgs. A handler failure is returned
-// as a *batchHandlerError.
-func (c *Client[TTx]) batchOnce(ctx context.Context, consumer string, msgs []Message, h Handler[TTx]) (outcomes []Outcome, err error) {
-	ctx, obs := c.observeTx(ctx, consumer, msgs)
-	if obs != nil {
-		defer func() { obs.end(ctx, outcomes, err) }()
-	}
-	ids := make([]string, len(msgs))
-	for i, m := range msgs {
-		ids[i] = m.ID
-	}
-	params := &inboxdriver.ClaimBatchParams{
-		Consumer:    consumer,
-		IDs:         ids,
-		LockTimeout: c.config.LockTimeout,
-	}
-	ph, pipelinable := h.(PipelinedBatchHandler[TTx])
-	pipelinable = pipelinable && c.pipeliner != nil
-	if pipelinable && !c.afterDuplicate(consumer) {
-		done, err := c.batchPipelined(ctx, obs, params, msgs, ph)
-		if done || err != nil {
-			if done {
-				outcomes = make([]Outcome, len(msgs))
-				for i := range outcomes {
-					outcomes[i] = Applied
-				}
-			}
-			return outcomes, err
-		}
-		// A duplicate in the batch: claim on its own, below.
-	}
-	tx, claimed, err := c.driver.BeginClaimBatch(ctx, params)
-	obs.lap(phaseClaim)
-	if err != nil {
-		return nil, claimFailure(StageClaim, c.batchClaimError("claim", err))
-	}
-	outcomes = make([]Outcome, len(msgs))
-	anyNew := false
-	if bh, ok := h.(BatchHandler[TTx]); ok {
-		fresh := make([]Message, 0, len(msgs))
-		for i, m := range msgs {
-			if !claimed[i] {
-				outcomes[i] = Duplicate
-				continue
-			}
-			outcomes[i] = Applied
-			fresh = append(fresh, m)
-		}
-		if pipelinable && len(fresh) == len(msgs) {
-			c.duplicates.Delete(consumer) // the run of duplicates has ended
-		}
-		if anyNew = len(fresh) > 0; anyNew {
-			fault.Inject(ctx, fault.AfterClaim)
-			err := c.callTx(ctx, consumer, fresh[0].ID, tx, func(ctx context.Context) error { return bh.HandleBatch(ctx, tx, fresh) })
-			obs.lap(phaseHandler)
-			if err != nil {
-				c.rollback(ctx, tx)
-				return nil, &batchHandlerError{index: -1, err: err}
-			}
-		}
-	} else {
-		for i, m := range msgs {
-			if !claimed[i] {
-				outcomes[i] = Duplicate
-				continue
-			}
-			if anyNew {
-				fault.Inject(ctx, fault.MidBatch)
-			} else {
-				fault.Inject(ctx, fault.AfterClaim)
-			}
-			anyNew = true
-			err := c.handle(ctx, consumer, h, tx, m)
-			obs.lap(phaseHandler)
-			if err != nil {
-				c.rollback(ctx, tx)
-				return nil, &batchHandlerError{index: i, err: err}
-			}
-			outcomes[i] = Applied
+// index returns the position of m in msgs, whose ids are distinct.
+func index(msgs []Message, m Message) int {
+	for i := range msgs {
+		if msgs[i].ID == m.ID {
+			return i
 		}
 	}
-	if !anyNew {
-		c.rollback(ctx, tx)
-		return outcomes, nil
-	}
-	fault.Inject(ctx, fault.AfterEffectBeforeCommit)
-	err = c.driver.Commit(ctx, tx)
-	obs.lap(phaseCommit)
-	if err != nil {
-		c.rollback(ctx, tx)
-		return nil, atStage(StageCommit, fmt.Errorf("commit: %w", c.classify(err)))
-	}
-	return outcomes, nil
+	return 0
 }
 
 func anyRetryable(rs []BatchResult) bool {
@@ -291,34 +168,4 @@ func notAttempted(rs []BatchResult) {
 	for i := range rs {
 		rs[i] = BatchResult{Err: ErrNotAttempted}
 	}
-}
-
-// batchPipelined tries msgs as one round trip: BEGIN, a claim of every id,
-// the work h describes for all of them, COMMIT. done reports that every
-// message was applied. A duplicate in the batch stops it at the claim, with
-// nothing applied: done and err are then zero, pipelining pauses for
-// consumer (see afterDuplicate), and the caller claims on its own. A
-// failure of the work is a *batchHandlerError for the whole batch.
-func (c *Client[TTx]) batchPipelined(ctx context.Context, obs *txObservation, p *inboxdriver.ClaimBatchParams, msgs []Message, h PipelinedBatchHandler[TTx]) (done bool, err error) {
-	var work any
-	err = c.call(ctx, p.Consumer, msgs[0].ID, func(ctx context.Context) error {
-		var err error
-		work, err = h.PipelineBatch(ctx, msgs)
-		return err
-	})
-	if err != nil {
-		return false, &batchHandlerError{index: -1, err: err}
-	}
-	claimed, workErr, err := c.pipeliner.ProcessPipelinedBatch(ctx, p, work)
-	obs.lap(phaseCommit)
-	switch {
-	case err != nil:
-		return false, claimFailure(StageCommit, c.batchClaimError("pipelined transaction", err))
-	case !claimed:
-		c.duplicates.Store(p.Consumer, struct{}{})
-		return false, nil
-	case workErr != nil:
-		return false, &batchHandlerError{index: -1, err: c.handlerErr(workErr, false)}
-	}
-	return true, nil
 }

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
-	"sync"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -51,9 +49,11 @@ type Config struct {
 	// handler's statements. Negative means wait without limit. Defaults to
 	// DefaultLockTimeout (5s).
 	//
-	// On Postgres the bound costs two statements in the claim's round trip,
-	// which set lock_timeout and restore it; BenchmarkClaim in inboxpgx
-	// measures it (SingleNoLockTimeout).
+	// On Postgres (inboxpgx) the bound costs two statements in the claim's
+	// round trip, which set lock_timeout and restore it, unless the pool's
+	// sessions already have lock_timeout equal to it (set
+	// pgxpool.Config.ConnConfig.RuntimeParams["lock_timeout"], in
+	// milliseconds); the handler's statements then have that bound too.
 	LockTimeout time.Duration
 
 	// MaxConflictRetries is how many times a transaction that failed with a
@@ -205,17 +205,11 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 
 // Client processes messages exactly once per consumer over a store. It is
 // safe for concurrent use. TTx is the store's transaction type, which
-// handlers receive.
+// handlers receive. The embedded Admin is the operator's side of the same
+// store.
 type Client[TTx any] struct {
+	*Admin
 	driver inboxdriver.Driver[TTx]
-	// pipeliner is driver, when it can send a message's whole transaction
-	// in one round trip.
-	pipeliner inboxdriver.Pipeliner
-	// duplicates holds the consumers whose last pipelined claim was a
-	// duplicate (see afterDuplicate).
-	duplicates sync.Map
-	config     Config
-	logger     *slog.Logger
 }
 
 // NewClient returns a client over driver. config may be nil; its zero
@@ -224,94 +218,29 @@ func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client
 	if driver == nil {
 		return nil, errors.New("inbox: NewClient: driver is nil")
 	}
-	cfg := config.withDefaults()
-	if err := cfg.validate(driver.Tables()); err != nil {
+	a, err := NewAdmin(driver, config)
+	if err != nil {
 		return nil, err
 	}
-	if err := cfg.validatePartitions(driver); err != nil {
-		return nil, err
-	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	pipeliner, _ := driver.(inboxdriver.Pipeliner)
-	return &Client[TTx]{driver: driver, pipeliner: pipeliner, config: cfg, logger: logger}, nil
+	return &Client[TTx]{Admin: a, driver: driver}, nil
 }
 
 // Driver returns the client's driver.
 func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }
 
-// Config returns the client's configuration with defaults applied.
-func (c *Client[TTx]) Config() Config { return c.config }
-
-// classify wraps err, from the store, with the sentinel of its class, so
-// that callers can test it with errors.Is.
-func (c *Client[TTx]) classify(err error) error {
-	if err == nil {
-		return nil
-	}
-	if perr := partitionError(err); perr != nil {
-		return perr
-	}
-	switch c.driver.Classify(err) {
-	case inboxdriver.ClassConflict:
-		if !errors.Is(err, ErrConflict) {
-			return fmt.Errorf("%w: %w", ErrConflict, err)
-		}
-	case inboxdriver.ClassLockTimeout:
-		if !errors.Is(err, ErrLockTimeout) {
-			return fmt.Errorf("%w: %w", ErrLockTimeout, err)
-		}
-	case inboxdriver.ClassUnavailable:
-		if !errors.Is(err, ErrUnavailable) {
-			return fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-	case inboxdriver.ClassDenied:
-		if !errors.Is(err, ErrPermissionDenied) {
-			return fmt.Errorf("%w: %w", ErrPermissionDenied, err)
-		}
+// handlerErr marks a handler's failure. It is not classified as the
+// store's errors are: a handler's io.EOF or net.Error from its own work is
+// the message's. It is the store's only when broken says the transaction's
+// connection broke under it. Conflicts of its statements are marked, so
+// that the transaction is retried.
+func (c *Client[TTx]) handlerErr(err error, broken bool) error {
+	switch {
+	case broken:
+		return marked(errConnLost, err)
+	case c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict):
+		return marked(ErrConflict, err)
 	}
 	return err
-}
-
-// handlerErr tags a handler's failure with StageHandler. It is not
-// classified as the store's errors are: a handler's io.EOF or net.Error
-// from its own work is the message's. It is the store's only when broken
-// says the transaction's connection broke under it. Conflicts of its
-// statements are marked, so that the transaction is retried.
-func (c *Client[TTx]) handlerErr(err error, broken bool) error {
-	if err == nil {
-		return nil
-	}
-	if broken {
-		err = fmt.Errorf("%w: %w", errConnLost, err)
-	} else if c.driver.Classify(err) == inboxdriver.ClassConflict && !errors.Is(err, ErrConflict) {
-		err = fmt.Errorf("%w: %w", ErrConflict, err)
-	}
-	return atStage(StageHandler, fmt.Errorf("handler: %w", err))
-}
-
-// retryConflicts runs fn again while it fails with ErrConflict, up to
-// MaxConflictRetries times, with capped exponential backoff and jitter.
-func (c *Client[TTx]) retryConflicts(ctx context.Context, fn func() error) error {
-	backoff := c.config.ConflictBackoff
-	for attempt := 0; ; attempt++ {
-		err := fn()
-		if err == nil || !errors.Is(err, ErrConflict) || attempt >= c.config.MaxConflictRetries {
-			return err
-		}
-		wait := backoff/2 + rand.N(backoff/2+1)
-		c.logger.DebugContext(ctx, "inbox: retrying after a conflict", "attempt", attempt+1, "backoff", wait, "err", err)
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		case <-t.C:
-		}
-		backoff = min(backoff*2, maxConflictBackoff)
-	}
 }
 
 // rollback rolls tx back with a context that outlives a cancelled ctx, so

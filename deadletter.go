@@ -10,10 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
-
-// DeadLetter is a message stored because it will not be applied.
-type DeadLetter = inboxdriver.DeadLetter
 
 // Reasons a message is dead-lettered. They are stored with it.
 const (
@@ -24,7 +22,7 @@ const (
 	// ReasonUnknownOutcome is a message whose handler found a non-idempotent
 	// remote call started but never recorded done (ErrUnknownOutcome). A
 	// human checks with the provider, settles the step with
-	// Client.ResolveEffect, and replays the dead letter.
+	// Admin.ResolveEffect, and replays the dead letter.
 	ReasonUnknownOutcome = "unknown_outcome"
 )
 
@@ -98,7 +96,7 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 			headers[storable(k)] = storable(v)
 		}
 	}
-	d := &inboxdriver.DeadLetter{
+	d := &inboxtype.DeadLetter{
 		Consumer:  p.Consumer,
 		MessageID: id,
 		DedupKey:  storable(deadLetterKey(id, m)),
@@ -151,40 +149,48 @@ func deadLetterKey(id string, m Message) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// DeadLetters lists dead letters, newest first. consumer filters when not
-// empty; limit bounds the list and defaults to 100.
-func (c *Client[TTx]) DeadLetters(ctx context.Context, consumer string, limit int) ([]*DeadLetter, error) {
-	if limit <= 0 {
-		limit = 100
+// ListDeadLettersParams filter a listing of dead letters.
+type ListDeadLettersParams struct {
+	// Consumer keeps one consumer's dead letters, when not empty.
+	Consumer string
+	// Limit bounds the list. Defaults to 100.
+	Limit int
+}
+
+// ListDeadLetters lists dead letters, newest first.
+func (a *Admin) ListDeadLetters(ctx context.Context, p ListDeadLettersParams) ([]*inboxtype.DeadLetter, error) {
+	if p.Limit <= 0 {
+		p.Limit = 100
 	}
-	ds, err := c.driver.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: limit})
+	ds, err := a.driver.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: p.Consumer, Limit: p.Limit})
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list dead letters: %w", c.classify(err))
+		return nil, fmt.Errorf("inbox: list dead letters: %w", a.classify(err))
 	}
 	return ds, nil
 }
 
-// DeadLetterGet returns one dead letter by its id, or an error wrapping
+// GetDeadLetter returns one dead letter by its id, or an error wrapping
 // ErrNotFound.
-func (c *Client[TTx]) DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error) {
-	d, err := c.driver.DeadLetterGet(ctx, id)
+func (a *Admin) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
+	d, err := a.driver.DeadLetterGet(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Drivers name the id in their error too: say it once.
-		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, trimPrefix{ErrNotFound})
 	case err != nil:
-		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, c.classify(err))
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, a.classify(err))
 	}
 	return d, nil
 }
 
-// ReplayDeadLetter processes a stored dead letter with h, for its consumer,
-// exactly as Process would, and deletes it once it is Applied or found to be
-// a Duplicate. A dead letter that had no valid id cannot be replayed: fix
-// the producer and publish it again. To replay the dead letters an operator
-// marked ('inbox deadletters replay'), use ReplayDeadLetters.
-func (c *Client[TTx]) ReplayDeadLetter(ctx context.Context, id int64, h Handler[TTx]) (Outcome, error) {
-	d, err := c.DeadLetterGet(ctx, id)
+// ProcessDeadLetter processes a stored dead letter with h, for its
+// consumer, exactly as Process would, and deletes it once it is Applied or
+// found to be a Duplicate. A dead letter that had no valid id cannot be
+// replayed: fix the producer and publish it again. To replay the dead
+// letters an operator asked for (Admin.ReplayDeadLetters), use
+// ProcessReplays.
+func (c *Client[TTx]) ProcessDeadLetter(ctx context.Context, id int64, h Handler[TTx]) (Outcome, error) {
+	d, err := c.GetDeadLetter(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -193,7 +199,7 @@ func (c *Client[TTx]) ReplayDeadLetter(ctx context.Context, id int64, h Handler[
 	}
 	outcome, err := c.Process(ctx, d.Consumer, deadLetterMessage(d), h)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: replay dead letter %d: %w", id, err)
+		return 0, fmt.Errorf("inbox: replay dead letter %d: %w", id, trimPrefix{err})
 	}
 	if _, err := c.driver.DeadLetterDelete(ctx, id); err != nil {
 		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.classify(err))
@@ -203,13 +209,13 @@ func (c *Client[TTx]) ReplayDeadLetter(ctx context.Context, id int64, h Handler[
 
 // DeleteDeadLetter deletes a dead letter, or returns an error wrapping
 // ErrNotFound.
-func (c *Client[TTx]) DeleteDeadLetter(ctx context.Context, id int64) error {
-	ok, err := c.driver.DeadLetterDelete(ctx, id)
+func (a *Admin) DeleteDeadLetter(ctx context.Context, id int64) error {
+	ok, err := a.driver.DeadLetterDelete(ctx, id)
 	if err != nil {
-		return fmt.Errorf("inbox: delete dead letter %d: %w", id, c.classify(err))
+		return fmt.Errorf("inbox: delete dead letter %d: %w", id, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: delete dead letter %d: %w", id, ErrNotFound)
+		return fmt.Errorf("inbox: delete dead letter %d: %w", id, trimPrefix{ErrNotFound})
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
@@ -33,25 +34,6 @@ type EffectOpts struct {
 	NonIdempotent bool
 }
 
-// EffectEntry is one entry of the effects ledger.
-type EffectEntry = inboxdriver.EffectEntry
-
-// EffectState is the state of a ledger entry.
-type EffectState = inboxdriver.EffectState
-
-// The states of a ledger entry.
-const (
-	// EffectStarted is a step recorded before its call, whose result was
-	// not recorded: the call may or may not have taken effect.
-	EffectStarted = inboxdriver.EffectStarted
-	// EffectFailed is a step whose latest attempt certainly did not take
-	// effect (NoEffect, or an operator's resolution). It may be called again.
-	EffectFailed = inboxdriver.EffectFailed
-	// EffectDone is a step whose call took effect and whose result is
-	// stored. It is never called again.
-	EffectDone = inboxdriver.EffectDone
-)
-
 // MaxStepLen is the longest step name, in bytes.
 const MaxStepLen = inboxdriver.MaxStepLen
 
@@ -61,7 +43,7 @@ type effectKeyKey struct{}
 
 // WithConsumer returns a context that names consumer, for Client.Effect.
 // Process, ProcessBatch and ProcessBatchOrdered already pass such a context
-// to the handler; use WithConsumer with ProcessTx, where the caller runs the
+// to the handler; use WithConsumer with ClaimTx, where the caller runs the
 // transaction.
 func WithConsumer(ctx context.Context, consumer string) context.Context {
 	return context.WithValue(ctx, consumerKey{}, consumer)
@@ -175,7 +157,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err)))
 	}
 	if !started {
-		if e.State == EffectDone {
+		if e.State == inboxtype.EffectDone {
 			c.logger.DebugContext(ctx, "inbox: effect already done; returning its stored result", "consumer", consumer, "id", id, "step", step)
 			return e.Result, nil
 		}
@@ -220,10 +202,10 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 // ledgerWriteTimeout bounds the ledger write that follows a call.
 const ledgerWriteTimeout = 10 * time.Second
 
-func (c *Client[TTx]) effectStore() (inboxdriver.EffectStore, error) {
-	store, ok := c.driver.(inboxdriver.EffectStore)
+func (a *Admin) effectStore() (inboxdriver.EffectStore, error) {
+	store, ok := a.driver.(inboxdriver.EffectStore)
 	if !ok {
-		return nil, fmt.Errorf("%w: %T does not implement inboxdriver.EffectStore", ErrEffectsUnsupported, c.driver)
+		return nil, fmt.Errorf("%w: %T does not implement inboxdriver.EffectStore", ErrEffectsUnsupported, a.driver)
 	}
 	return store, nil
 }
@@ -243,7 +225,7 @@ type ListEffectsParams struct {
 	Consumer string
 	// MessageID lists the steps of one message.
 	MessageID string
-	State     EffectState
+	State     inboxtype.EffectState
 	// StartedBefore keeps the entries whose latest attempt started before
 	// it. With State EffectStarted, it finds stuck steps: calls that
 	// started long ago and were never recorded done.
@@ -253,8 +235,8 @@ type ListEffectsParams struct {
 }
 
 // ListEffects lists entries of the effects ledger, oldest start first.
-func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*EffectEntry, error) {
-	store, err := c.effectStore()
+func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxtype.EffectEntry, error) {
+	store, err := a.effectStore()
 	if err != nil {
 		return nil, err
 	}
@@ -268,18 +250,18 @@ func (c *Client[TTx]) ListEffects(ctx context.Context, p ListEffectsParams) ([]*
 		}
 	}
 	if p.MessageID != "" {
-		if lp.ID, err = c.canonicalID(p.MessageID); err != nil {
-			return nil, fmt.Errorf("inbox: list effects: %w", err)
+		if lp.ID, err = a.canonicalID(p.MessageID); err != nil {
+			return nil, fmt.Errorf("inbox: list effects: %w", trimPrefix{err})
 		}
 	}
 	switch p.State {
-	case "", EffectStarted, EffectFailed, EffectDone:
+	case "", inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone:
 	default:
-		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, EffectStarted, EffectFailed, EffectDone)
+		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone)
 	}
 	es, err := store.EffectList(ctx, lp)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: list effects: %w", c.classify(err))
+		return nil, fmt.Errorf("inbox: list effects: %w", a.classify(err))
 	}
 	return es, nil
 }
@@ -293,7 +275,7 @@ type ResolveEffectParams struct {
 	// effect: the next attempt returns Result without calling. It is
 	// EffectFailed when the provider shows that it did not: the next
 	// attempt calls again.
-	State EffectState
+	State inboxtype.EffectState
 	// Result is the result to store with EffectDone, as the call would
 	// have returned it.
 	Result []byte
@@ -303,32 +285,32 @@ type ResolveEffectParams struct {
 // that parked its message with ErrUnknownOutcome. Check with the provider
 // first; then replay the message's dead letter. It returns an error
 // wrapping ErrNotFound when the step is not in state EffectStarted.
-func (c *Client[TTx]) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
-	id, err := c.check(p.Consumer, p.MessageID)
+func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
+	id, err := a.check(p.Consumer, p.MessageID)
 	if err != nil {
 		return err
 	}
 	if err := validateStep(p.Step); err != nil {
 		return err
 	}
-	if p.State != EffectDone && p.State != EffectFailed {
-		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, EffectDone, EffectFailed)
+	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
+		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
 	}
-	store, err := c.effectStore()
+	store, err := a.effectStore()
 	if err != nil {
 		return err
 	}
 	where := p.Consumer + "/" + id + "/" + p.Step
 	ok, err := store.EffectResolve(ctx, &inboxdriver.EffectResolveParams{
 		EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: p.Consumer, ID: id, Step: p.Step},
-		State:           p.State, Result: p.Result, Now: c.config.Now(),
+		State:           p.State, Result: p.Result, Now: a.config.Now(),
 	})
 	if err != nil {
-		return fmt.Errorf("inbox: resolve effect %s: %w", where, c.classify(err))
+		return fmt.Errorf("inbox: resolve effect %s: %w", where, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: resolve effect %s: no started step: %w", where, ErrNotFound)
+		return fmt.Errorf("inbox: resolve effect %s: no started step: %w", where, trimPrefix{ErrNotFound})
 	}
-	c.logger.InfoContext(ctx, "inbox: effect resolved by an operator", "consumer", p.Consumer, "id", id, "step", p.Step, "state", p.State)
+	a.logger.InfoContext(ctx, "inbox: effect resolved by an operator", "consumer", p.Consumer, "id", id, "step", p.Step, "state", p.State)
 	return nil
 }

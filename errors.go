@@ -3,6 +3,7 @@ package inbox
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/txinbox/inbox/inboxdriver"
 )
@@ -10,7 +11,7 @@ import (
 // Sentinel errors. Test for them with errors.Is: the errors the client
 // returns wrap them with the consumer, the id and the cause.
 var (
-	// ErrNoMessageID is returned by a KeyFunc, Process, ProcessTx and
+	// ErrNoMessageID is returned by a KeyFunc, Process, ClaimTx and
 	// ProcessBatch when a message carries no id, or an empty one. Such a
 	// message is never applied: adapters dead-letter it.
 	ErrNoMessageID = errors.New("inbox: message has no id")
@@ -66,7 +67,7 @@ var (
 	// provider applied it cannot be known from here. Effect does not guess
 	// and does not call again. The error is permanent: adapters dead-letter
 	// the message at once with ReasonUnknownOutcome, for a human to check
-	// with the provider, settle the step with Client.ResolveEffect and
+	// with the provider, settle the step with Admin.ResolveEffect and
 	// replay the dead letter.
 	ErrUnknownOutcome = errors.New("inbox: outcome of a non-idempotent remote call is unknown")
 
@@ -135,3 +136,17 @@ type PanicError struct {
 }
 
 func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }
+
+// marked wraps err with a sentinel, for errors.Is, in a text that does not
+// repeat "inbox:": "store unavailable: dial tcp …".
+func marked(sentinel, err error) error {
+	return &markedError{sentinel: sentinel, err: err}
+}
+
+type markedError struct{ sentinel, err error }
+
+func (e *markedError) Error() string {
+	return strings.TrimPrefix(e.sentinel.Error(), "inbox: ") + ": " + e.err.Error()
+}
+
+func (e *markedError) Unwrap() []error { return []error{e.sentinel, e.err} }

@@ -57,7 +57,7 @@ func (s Stage) inboxWork() bool {
 }
 
 // StageError is a failure at one stage of processing a message. The errors
-// of Process, ProcessBatch, ProcessTx, Key, DeadLetter and Effect wrap one:
+// of Process, ProcessBatch, ClaimTx, Key, DeadLetter and Effect wrap one:
 // find it with errors.As. Its text is its Err's.
 type StageError struct {
 	Stage Stage

@@ -15,18 +15,18 @@ import (
 // To settle one remote call whose outcome is unknown, use ResolveEffect
 // instead. It returns an error wrapping ErrNotFound when there is neither
 // such a row nor a ledger entry of the message.
-func (c *Client[TTx]) Forget(ctx context.Context, consumer, id string) error {
-	canon, err := c.check(consumer, id)
+func (a *Admin) Forget(ctx context.Context, consumer, id string) error {
+	canon, err := a.check(consumer, id)
 	if err != nil {
 		return err
 	}
-	ok, err := c.driver.Forget(ctx, &inboxdriver.ForgetParams{Consumer: consumer, ID: canon})
+	ok, err := a.driver.Forget(ctx, &inboxdriver.ForgetParams{Consumer: consumer, ID: canon})
 	if err != nil {
-		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, c.classify(err))
+		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
+		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, trimPrefix{ErrNotFound})
 	}
-	c.logger.InfoContext(ctx, "inbox: forgot a message; its next delivery applies again", "consumer", consumer, "id", canon)
+	a.logger.InfoContext(ctx, "inbox: forgot a message; its next delivery applies again", "consumer", consumer, "id", canon)
 	return nil
 }

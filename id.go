@@ -118,6 +118,9 @@ func canonicalUUID(id string) (string, error) {
 	copy(b[19:23], hex[16:20])
 	b[23] = '-'
 	copy(b[24:36], hex[20:32])
+	if string(b[:]) == id {
+		return id, nil // already canonical, as Client.Key returns it: no copy
+	}
 	return string(b[:]), nil
 }
 

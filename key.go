@@ -13,7 +13,11 @@ import (
 // cannot be read. The client validates and canonicalises what it returns.
 //
 // A KeyFunc must never invent an id: a consumer that mints identity for a
-// message it may see twice cannot recognise the second delivery.
+// message it may see twice cannot recognise the second delivery. The id is
+// never a broker offset, an SQS MessageId or a hash of the payload either:
+// each of those changes when the same event is republished, or is shared
+// by two different events. The id is per consumer: billing and inventory
+// each have their own skip.
 type KeyFunc func(msg Message) (string, error)
 
 // HeaderKey returns a KeyFunc that reads the id from the header (or message

@@ -88,6 +88,11 @@ func (o Outcome) String() string {
 // wrap it with Permanent when retrying cannot help. Side effects outside the
 // database, such as a call to a payment provider, go through Client.Effect
 // with the ctx the handler receives, which names the consumer.
+//
+// A handler that only queues its statements on tx, such as
+// inboxpgx.PipelineFunc, says so by implementing inboxdriver.Pipelined: a
+// store that can then sends BEGIN, the claim, the statements and COMMIT in
+// one round trip, where a handler that runs its statements costs three.
 type Handler[TTx any] interface {
 	Handle(ctx context.Context, tx TTx, msg Message) error
 }
@@ -98,52 +103,6 @@ type HandlerFunc[TTx any] func(ctx context.Context, tx TTx, msg Message) error
 // Handle calls f.
 func (f HandlerFunc[TTx]) Handle(ctx context.Context, tx TTx, msg Message) error {
 	return f(ctx, tx, msg)
-}
-
-// PipelinedHandler is a Handler whose database work a store can send
-// together with the rest of the message's transaction: BEGIN, the claim,
-// the work and COMMIT in one round trip, where Handle costs three (BEGIN
-// and the claim, the work, COMMIT), as do BEGIN, the work and COMMIT
-// written by hand. It suits work whose statements need nothing back before
-// the next is sent, such as writing an event into a projection or updating
-// a balance.
-//
-// Process uses Pipeline when the store can pipeline (inboxpgx; see
-// inboxpgx.PipelineFunc); elsewhere (ProcessBatch, ProcessTx, other stores)
-// Handle runs, after the claim. Pipeline runs before the claim's outcome is
-// known, so it must only describe the work, with no effect of its own. The
-// claim still comes first in the transaction: a duplicate fails it, and the
-// server skips the work. The server logs that failure (a unique violation)
-// as an error, so after a duplicate Process looks each message up first, in
-// one round trip outside a transaction, and reports Duplicate when its row
-// is committed; the first message not found ends the run and goes
-// pipelined. A replay of many duplicates logs one line, and each of its
-// messages costs one short query.
-//
-// An error from Pipeline is the handler's error for a new message; a
-// duplicate is still a Duplicate, as the claim is made all the same.
-type PipelinedHandler[TTx any] interface {
-	Handler[TTx]
-	// Pipeline describes msg's work in the store's form (for inboxpgx, a
-	// *pgx.Batch of the statements).
-	Pipeline(ctx context.Context, msg Message) (work any, err error)
-}
-
-// PipelinedBatchHandler is a BatchHandler whose work for a whole batch a
-// store can send with the batch's transaction in one round trip: BEGIN, a
-// claim of every id, the work, COMMIT. ProcessBatch and ProcessBatchOrdered
-// try a batch that way first; a duplicate among its messages fails the
-// claim, nothing runs, and the batch is claimed on its own and its new
-// messages handled, as for any BatchHandler. After such a duplicate the
-// consumer's batches are claimed first until one is all new (see
-// PipelinedHandler). A failure of the work splits the batch as a
-// BatchHandler's does. inboxpgx.PipelineBatchFunc is one.
-type PipelinedBatchHandler[TTx any] interface {
-	BatchHandler[TTx]
-	PipelinedHandler[TTx]
-	// PipelineBatch describes the work of msgs, in order, in the store's
-	// form (for inboxpgx, a *pgx.Batch).
-	PipelineBatch(ctx context.Context, msgs []Message) (work any, err error)
 }
 
 // BatchHandler is a Handler that can also apply many messages at once, such

@@ -146,8 +146,9 @@ func (o *txObservation) lap(phase int) {
 	}
 }
 
-// end reports the transaction's outcome, once.
-func (o *txObservation) end(ctx context.Context, outcomes []Outcome, err error) {
+// end reports the transaction's outcome, once. concurrent says that its
+// claim followed a conflict: its duplicates were in flight then.
+func (o *txObservation) end(ctx context.Context, outcomes []Outcome, concurrent bool, err error) {
 	if o == nil || o.ended {
 		return
 	}
@@ -161,9 +162,11 @@ func (o *txObservation) end(ctx context.Context, outcomes []Outcome, err error) 
 			case Duplicate:
 				o.ev.Duplicates++
 				if i < len(o.msgs) {
-					switch duplicateReason(&o.msgs[i], false) {
+					switch duplicateReason(&o.msgs[i], concurrent) {
 					case DuplicateRedelivery:
 						o.ev.Redelivered++
+					case DuplicateConcurrent:
+						o.ev.Concurrent++
 					default:
 						o.ev.Republished++
 					}

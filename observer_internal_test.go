@@ -15,7 +15,7 @@ func (r *txRecorder) DeadLettered(context.Context, *DeadLetterEvent) {}
 
 func TestTxEventSplitsDuplicatesByReason(t *testing.T) {
 	rec := &txRecorder{}
-	c := &Client[struct{}]{config: Config{Observer: rec}}
+	c := &Client[struct{}]{Admin: &Admin{config: Config{Observer: rec}}}
 	msgs := []Message{
 		{ID: "a"}, // first delivery: applied
 		{ID: "b"}, // first delivery, already applied: republish
@@ -23,13 +23,19 @@ func TestTxEventSplitsDuplicatesByReason(t *testing.T) {
 		{ID: "d", Source: Source{Attempt: 3}},        // attempt count says redelivered
 	}
 	ctx, obs := c.observeTx(context.Background(), "billing", msgs)
-	obs.end(ctx, []Outcome{Applied, Duplicate, Duplicate, Duplicate}, nil)
+	obs.end(ctx, []Outcome{Applied, Duplicate, Duplicate, Duplicate}, false, nil)
 	if len(rec.events) != 1 {
 		t.Fatalf("got %d events, want 1", len(rec.events))
 	}
 	e := rec.events[0]
 	if e.Applied != 1 || e.Duplicates != 3 || e.Republished != 1 || e.Redelivered != 2 || e.Concurrent != 0 {
 		t.Fatalf("event %+v: want applied 1, duplicates 3 = republished 1 + redelivered 2", e)
+	}
+	// A claim that followed a conflict: its duplicates were in flight.
+	ctx, obs = c.observeTx(context.Background(), "billing", msgs)
+	obs.end(ctx, []Outcome{Applied, Duplicate, Duplicate, Duplicate}, true, nil)
+	if e := rec.events[1]; e.Duplicates != 3 || e.Concurrent != 3 {
+		t.Fatalf("event %+v: want 3 duplicates, all concurrent", e)
 	}
 	if got := duplicateReason(&msgs[1], true); got != DuplicateConcurrent {
 		t.Fatalf("a claim that waited for a copy: got %v, want concurrent", got)

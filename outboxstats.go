@@ -9,7 +9,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
-// ErrNoOutbox is returned by Client.OutboxStats when the store keeps no
+// ErrNoOutbox is returned by Admin.OutboxStats when the store keeps no
 // outbox (it does not implement inboxdriver.OutboxAdmin).
 var ErrNoOutbox = errors.New("inbox: the store keeps no outbox")
 
@@ -32,12 +32,12 @@ type OutboxStats struct {
 // OutboxStats reports the store's outbox, beside Stats: the pending and
 // parked events and the lag, as of Config.Now. It counts every row: use it
 // for operations and metrics, not on a hot path.
-func (c *Client[TTx]) OutboxStats(ctx context.Context) (*OutboxStats, error) {
-	a, ok := c.driver.(inboxdriver.OutboxAdmin)
+func (a *Admin) OutboxStats(ctx context.Context) (*OutboxStats, error) {
+	oa, ok := a.driver.(inboxdriver.OutboxAdmin)
 	if !ok {
 		return nil, ErrNoOutbox
 	}
-	return ReadOutboxStats(ctx, a, c.config.Now())
+	return ReadOutboxStats(ctx, oa, a.config.Now())
 }
 
 // ReadOutboxStats reads the outbox of the store behind a, as of now.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // The errors of an inbox in the partitioned layout
@@ -60,19 +61,10 @@ func partitionReason(err error) string {
 	return ""
 }
 
-// PartitionState is the partitions of a partitioned inbox.
-type PartitionState = inboxdriver.PartitionState
-
-// Partition is one partition of a partitioned inbox.
-type Partition = inboxdriver.Partition
-
-// PartitionReport is what a partition maintenance run did.
-type PartitionReport = inboxdriver.PartitionReport
-
 // partitioned reports whether the client's store keeps the inbox in the
 // partitioned layout.
-func (c *Client[TTx]) partitioned() bool {
-	return c.driver.Tables().Layout == inboxdriver.LayoutPartitioned
+func (a *Admin) partitioned() bool {
+	return a.driver.Tables().Layout == inboxdriver.LayoutPartitioned
 }
 
 // partitionConfig returns the store's partition settings.
@@ -105,12 +97,12 @@ func checkPartitionRetention(retention, horizon, skew time.Duration) error {
 // canonicalID validates id for the client's IDFormat and returns the form
 // the store holds. On a partitioned inbox it refuses an id that is not
 // time-ordered, and a ULID becomes the UUID of its 128 bits.
-func (c *Client[TTx]) canonicalID(id string) (string, error) {
-	tables := c.driver.Tables()
-	if c.config.IDFormat == IDFormatULID && tables.IDType == inboxdriver.IDTypeUUID {
+func (a *Admin) canonicalID(id string) (string, error) {
+	tables := a.driver.Tables()
+	if a.config.IDFormat == IDFormatULID && tables.IDType == inboxdriver.IDTypeUUID {
 		return ulidAsUUID(id)
 	}
-	canon, err := c.config.IDFormat.CanonicalID(id)
+	canon, err := a.config.IDFormat.CanonicalID(id)
 	if err != nil || tables.Layout != inboxdriver.LayoutPartitioned {
 		return canon, err
 	}
@@ -182,37 +174,12 @@ func partitionError(err error) error {
 	}
 	switch npe.Miss {
 	case inboxdriver.MissExpired:
-		return Permanent(fmt.Errorf("%w: %w", ErrIDExpired, err))
+		return Permanent(marked(ErrIDExpired, err))
 	case inboxdriver.MissFuture:
-		return Permanent(fmt.Errorf("%w: %w", ErrIDFuture, err))
+		return Permanent(marked(ErrIDFuture, err))
 	default:
-		return fmt.Errorf("%w: %w", ErrNoPartition, err)
+		return marked(ErrNoPartition, err)
 	}
-}
-
-// claimFailure tags the failure of a claim as the inbox's own work, at
-// stage, except when the message's id fell outside the partitions for its
-// time (ErrIDExpired, ErrIDFuture): that failure is the message's,
-// permanent, and the adapters dead-letter it (see Judge). An id whose
-// partition is not made yet (ErrNoPartition) is the store's: the
-// maintainer is behind.
-func claimFailure(stage Stage, err error) error {
-	if errors.Is(err, ErrIDExpired) || errors.Is(err, ErrIDFuture) {
-		return err
-	}
-	return atStage(stage, err)
-}
-
-// batchClaimError is the error of a batch's claim. When an id of the batch
-// has no partition, it is a failure of the batch as a whole, so that the
-// batch is split and only the messages at fault fail.
-func (c *Client[TTx]) batchClaimError(what string, err error) error {
-	err = fmt.Errorf("%s: %w", what, c.classify(err))
-	var npe *inboxdriver.NoPartitionError
-	if errors.As(err, &npe) {
-		return &batchHandlerError{index: -1, err: err}
-	}
-	return err
 }
 
 // MaintainPartitionsParams say what MaintainPartitions does.
@@ -237,16 +204,16 @@ type MaintainPartitionsParams struct {
 // store's lock, it does nothing and the report says Skipped. RunCleaner
 // calls it on a partitioned inbox; call it yourself to run maintenance on
 // a schedule of your own. On an inbox not partitioned it fails.
-func (c *Client[TTx]) MaintainPartitions(ctx context.Context, p MaintainPartitionsParams) (*PartitionReport, error) {
-	pt, ok := c.driver.(inboxdriver.Partitioner)
-	if !ok || !c.partitioned() {
+func (a *Admin) MaintainPartitions(ctx context.Context, p MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+	pt, ok := a.driver.(inboxdriver.Partitioner)
+	if !ok || !a.partitioned() {
 		return nil, fmt.Errorf("inbox: partitions: the store's inbox is not in the partitioned layout (Tables.Layout %q)", inboxdriver.LayoutPartitioned)
 	}
 	if p.Retention == 0 {
-		p.Retention = c.config.Retention
+		p.Retention = a.config.Retention
 	}
 	if p.Drop {
-		if err := checkPartitionRetention(p.Retention, c.config.ReplayHorizon, pt.PartitionConfig().MaxSkew); err != nil {
+		if err := checkPartitionRetention(p.Retention, a.config.ReplayHorizon, pt.PartitionConfig().MaxSkew); err != nil {
 			return nil, err
 		}
 	}
@@ -254,33 +221,33 @@ func (c *Client[TTx]) MaintainPartitions(ctx context.Context, p MaintainPartitio
 		Premake: p.Premake, Drop: p.Drop, Retention: p.Retention, DryRun: p.DryRun,
 	})
 	if err != nil {
-		return rep, fmt.Errorf("inbox: partitions: %w", c.classify(err))
+		return rep, fmt.Errorf("inbox: partitions: %w", a.classify(err))
 	}
 	return rep, nil
 }
 
 // Partitions lists the partitions of a partitioned inbox, oldest first.
-func (c *Client[TTx]) Partitions(ctx context.Context) (*PartitionState, error) {
-	pt, ok := c.driver.(inboxdriver.Partitioner)
-	if !ok || !c.partitioned() {
+func (a *Admin) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {
+	pt, ok := a.driver.(inboxdriver.Partitioner)
+	if !ok || !a.partitioned() {
 		return nil, fmt.Errorf("inbox: partitions: the store's inbox is not in the partitioned layout (Tables.Layout %q)", inboxdriver.LayoutPartitioned)
 	}
 	st, err := pt.Partitions(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("inbox: partitions: %w", c.classify(err))
+		return nil, fmt.Errorf("inbox: partitions: %w", a.classify(err))
 	}
 	return st, nil
 }
 
 // cleanPartitions is RunCleaner's turn on a partitioned inbox: make the
 // partitions ahead, drop those past Config.Retention.
-func (c *Client[TTx]) cleanPartitions(ctx context.Context) error {
-	rep, err := c.MaintainPartitions(ctx, MaintainPartitionsParams{Premake: true, Drop: true})
+func (a *Admin) cleanPartitions(ctx context.Context) error {
+	rep, err := a.MaintainPartitions(ctx, MaintainPartitionsParams{Premake: true, Drop: true})
 	if err != nil {
 		return err
 	}
 	if len(rep.Created)+len(rep.Dropped)+len(rep.Finalized)+len(rep.Reattached) > 0 {
-		c.logger.InfoContext(ctx, "inbox: cleaner maintained the partitions",
+		a.logger.InfoContext(ctx, "inbox: cleaner maintained the partitions",
 			"created", len(rep.Created), "dropped", len(rep.Dropped), "finalized", len(rep.Finalized), "reattached", len(rep.Reattached))
 	}
 	return nil

@@ -36,10 +36,10 @@ type PurgeParams struct {
 // Config.ReplayHorizon: inside the horizon a replayed message would look new
 // and be applied twice. It returns the number of rows deleted, or with
 // p.DryRun the number it would delete.
-func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	if p.OlderThan < c.config.ReplayHorizon {
+func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
+	if p.OlderThan < a.config.ReplayHorizon {
 		return 0, fmt.Errorf("inbox: purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new: %w",
-			FormatDuration(p.OlderThan), FormatDuration(c.config.ReplayHorizon), ErrWindowTooShort)
+			FormatDuration(p.OlderThan), FormatDuration(a.config.ReplayHorizon), trimPrefix{ErrWindowTooShort})
 	}
 	if p.Consumer != "" {
 		if err := ValidateConsumer(p.Consumer); err != nil {
@@ -50,7 +50,7 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		return 0, fmt.Errorf("inbox: purge: BatchSize must be positive, got %d", p.BatchSize)
 	}
 	if p.BatchSize == 0 {
-		p.BatchSize = c.config.PurgeBatchSize
+		p.BatchSize = a.config.PurgeBatchSize
 	}
 	params := &inboxdriver.PurgeParams{
 		// The cutoff is the database's now() minus OlderThan: rows are
@@ -60,19 +60,19 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		Limit:     p.BatchSize,
 	}
 	if p.DryRun {
-		n, err := c.driver.PurgeCount(ctx, params)
+		n, err := a.driver.PurgeCount(ctx, params)
 		if err != nil {
-			return 0, fmt.Errorf("inbox: purge dry run: %w", c.classify(err))
+			return 0, fmt.Errorf("inbox: purge dry run: %w", a.classify(err))
 		}
 		return n, nil
 	}
 	var total int64
 	for {
 		start := time.Now()
-		n, err := c.driver.PurgeBatch(ctx, params)
+		n, err := a.driver.PurgeBatch(ctx, params)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, c.classify(err))
+			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, a.classify(err))
 		}
 		if p.Progress != nil {
 			p.Progress(total)
@@ -80,15 +80,15 @@ func (c *Client[TTx]) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 		if n < int64(p.BatchSize) {
 			return total, nil
 		}
-		if err := c.rest(ctx, time.Since(start)); err != nil {
-			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, err)
+		if err := a.rest(ctx, time.Since(start)); err != nil {
+			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, trimPrefix{err})
 		}
 	}
 }
 
 // rest waits Config.PurgeRest times worked, or until ctx is done.
-func (c *Client[TTx]) rest(ctx context.Context, worked time.Duration) error {
-	d := time.Duration(float64(worked) * c.config.PurgeRest)
+func (a *Admin) rest(ctx context.Context, worked time.Duration) error {
+	d := time.Duration(float64(worked) * a.config.PurgeRest)
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -113,25 +113,25 @@ func (c *Client[TTx]) rest(ctx context.Context, worked time.Duration) error {
 // that cannot clean must not look like one that runs while the inbox grows.
 // Other errors, such as an unreachable store, are logged and the cleaner
 // keeps going. It returns nil when ctx is done.
-func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
-	if c.config.Retention < c.config.ReplayHorizon {
+func (a *Admin) RunCleaner(ctx context.Context) error {
+	if a.config.Retention < a.config.ReplayHorizon {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
-			FormatDuration(c.config.Retention), FormatDuration(c.config.ReplayHorizon), ErrWindowTooShort)
+			FormatDuration(a.config.Retention), FormatDuration(a.config.ReplayHorizon), trimPrefix{ErrWindowTooShort})
 	}
-	if err := c.config.validatePartitions(c.driver); err != nil {
-		return fmt.Errorf("inbox: cleaner: %w", err)
+	if err := a.config.validatePartitions(a.driver); err != nil {
+		return fmt.Errorf("inbox: cleaner: %w", trimPrefix{err})
 	}
-	lockKey := "inbox-cleaner:" + c.driver.Tables().Schema + "." + c.driver.Tables().Inbox
-	ticker := time.NewTicker(c.config.CleanerInterval)
+	lockKey := "inbox-cleaner:" + a.driver.Tables().Schema + "." + a.driver.Tables().Inbox
+	ticker := time.NewTicker(a.config.CleanerInterval)
 	defer ticker.Stop()
 	for {
-		ran, err := c.driver.WithLock(ctx, lockKey, func(ctx context.Context) error {
-			if c.partitioned() {
-				return c.cleanPartitions(ctx)
+		ran, err := a.driver.WithLock(ctx, lockKey, func(ctx context.Context) error {
+			if a.partitioned() {
+				return a.cleanPartitions(ctx)
 			}
-			n, err := c.Purge(ctx, PurgeParams{OlderThan: c.config.Retention})
+			n, err := a.Purge(ctx, PurgeParams{OlderThan: a.config.Retention})
 			if n > 0 || err != nil {
-				c.logger.InfoContext(ctx, "inbox: cleaner purged", "rows", n, "err", err)
+				a.logger.InfoContext(ctx, "inbox: cleaner purged", "rows", n, "err", err)
 			}
 			return err
 		})
@@ -139,12 +139,12 @@ func (c *Client[TTx]) RunCleaner(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case errors.Is(err, ErrPermissionDenied):
-			c.logger.ErrorContext(ctx, "inbox: cleaner stopped: the store refused the purge for want of a privilege", "err", err)
-			return fmt.Errorf("inbox: cleaner: %w", err)
+			a.logger.ErrorContext(ctx, "inbox: cleaner stopped: the store refused the purge for want of a privilege", "err", err)
+			return fmt.Errorf("inbox: cleaner: %w", trimPrefix{err})
 		case err != nil:
-			c.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
+			a.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
 		case !ran:
-			c.logger.DebugContext(ctx, "inbox: cleaner skipped: another process holds the lock")
+			a.logger.DebugContext(ctx, "inbox: cleaner skipped: another process holds the lock")
 		}
 		select {
 		case <-ctx.Done():

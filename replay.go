@@ -6,25 +6,26 @@ import (
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
-// ErrReplayUnsupported is returned by MarkDeadLetterForReplay,
-// MarkDeadLettersForReplay and ReplayDeadLetters when the client's driver
+// ErrReplayUnsupported is returned by Admin.ReplayDeadLetters and
+// Client.ProcessReplays when the driver
 // keeps no replay requests (it does not implement inboxdriver.ReplayStore).
 var ErrReplayUnsupported = errors.New("inbox: the store keeps no replay requests")
 
 // MaxReplayPerCall bounds the dead letters that one call of
-// ReplayDeadLetters replays. Call it again for the rest.
+// ProcessReplays replays. Call it again for the rest.
 const MaxReplayPerCall = 1000
 
-// replayPage is how many marked dead letters ReplayDeadLetters reads at
+// replayPage is how many marked dead letters ProcessReplays reads at
 // once.
 const replayPage = 100
 
-// ReplayResult is what ReplayDeadLetters did with one dead letter.
+// ReplayResult is what ProcessReplays did with one dead letter.
 type ReplayResult struct {
 	// DeadLetter is the dead letter as it was before the replay.
-	DeadLetter *DeadLetter
+	DeadLetter *inboxtype.DeadLetter
 	// Outcome is Applied or Duplicate when Err is nil; the dead letter was
 	// then deleted.
 	Outcome Outcome
@@ -34,65 +35,67 @@ type ReplayResult struct {
 	Err error
 }
 
-func (c *Client[TTx]) replayStore() (inboxdriver.ReplayStore, error) {
-	rs, ok := c.driver.(inboxdriver.ReplayStore)
+func (a *Admin) replayStore() (inboxdriver.ReplayStore, error) {
+	rs, ok := a.driver.(inboxdriver.ReplayStore)
 	if !ok {
 		return nil, ErrReplayUnsupported
 	}
 	return rs, nil
 }
 
-// MarkDeadLetterForReplay marks dead letter id for replay, so that the
-// application's next ReplayDeadLetters for its consumer replays it with the
-// consumer's handler. It is what 'inbox deadletters replay ID' does: only
-// the application has the handler. It reports false when the dead letter
-// was already marked; of two concurrent marks, one reports true. It returns
-// an error wrapping ErrNotFound when there is no such dead letter, and
-// ErrNoMessageID when it has no valid id (no replay can apply it: fix the
-// producer and publish it again). The store's tables need migration 005.
-func (c *Client[TTx]) MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error) {
-	rs, err := c.replayStore()
-	if err != nil {
-		return false, err
+// ReplayDeadLettersParams choose the dead letters to replay: one by its
+// ID, or every one of a Consumer.
+type ReplayDeadLettersParams struct {
+	ID       int64
+	Consumer string
+}
+
+// ReplayDeadLetters asks for the replay of dead letters: it marks them, so
+// that the application's next Client.ProcessReplays for their consumer
+// replays them with the consumer's handler (only the application has it).
+// It is what 'inbox deadletters replay' does, and returns how many it
+// marked: a dead letter already marked, or with no valid id, is not
+// counted; of two concurrent requests, one counts it. For one ID, it
+// returns an error wrapping ErrNotFound when there is no such dead letter,
+// and ErrNoMessageID when it has no valid id (no replay can apply it: fix
+// the producer and publish it again). The store's tables need migration
+// 005.
+func (a *Admin) ReplayDeadLetters(ctx context.Context, p ReplayDeadLettersParams) (int64, error) {
+	switch {
+	case p.ID != 0 && p.Consumer != "":
+		return 0, errors.New("inbox: replay dead letters: give an ID or a Consumer, not both")
+	case p.ID == 0:
+		if err := ValidateConsumer(p.Consumer); err != nil {
+			return 0, err
+		}
 	}
-	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{ID: id, Now: c.config.Now()})
+	rs, err := a.replayStore()
 	if err != nil {
-		return false, fmt.Errorf("inbox: mark dead letter %d for replay: %w", id, c.classify(err))
+		return 0, err
 	}
-	if n > 0 {
-		return true, nil
+	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{ID: p.ID, Consumer: p.Consumer, Now: a.config.Now()})
+	switch {
+	case err != nil && p.ID != 0:
+		return 0, fmt.Errorf("inbox: mark dead letter %d for replay: %w", p.ID, a.classify(err))
+	case err != nil:
+		return 0, fmt.Errorf("inbox: mark dead letters of %s for replay: %w", p.Consumer, a.classify(err))
+	case n > 0 || p.ID == 0:
+		return n, nil
 	}
 	// Nothing marked: say why.
-	d, err := c.DeadLetterGet(ctx, id)
+	d, err := a.GetDeadLetter(ctx, p.ID)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	if d.MessageID == "" {
-		return false, fmt.Errorf("inbox: dead letter %d (reason %s) cannot be replayed: %w: fix the producer and publish it again", id, d.Reason, ErrNoMessageID)
+		return 0, fmt.Errorf("inbox: dead letter %d (reason %s) cannot be replayed: %w: fix the producer and publish it again", p.ID, d.Reason, ErrNoMessageID)
 	}
-	return false, nil
+	return 0, nil
 }
 
-// MarkDeadLettersForReplay marks for replay every dead letter of consumer
-// that has a valid message id and is not marked yet, and returns how many it
-// marked. See MarkDeadLetterForReplay.
-func (c *Client[TTx]) MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error) {
-	if err := ValidateConsumer(consumer); err != nil {
-		return 0, err
-	}
-	rs, err := c.replayStore()
-	if err != nil {
-		return 0, err
-	}
-	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{Consumer: consumer, Now: c.config.Now()})
-	if err != nil {
-		return 0, fmt.Errorf("inbox: mark dead letters of %s for replay: %w", consumer, c.classify(err))
-	}
-	return n, nil
-}
-
-// ReplayDeadLetters replays, with h, the dead letters of consumer that are
-// marked for replay, oldest mark first, at most MaxReplayPerCall of them.
+// ProcessReplays replays, with h, the dead letters of consumer whose replay
+// was asked for (Admin.ReplayDeadLetters), oldest request first, at most
+// MaxReplayPerCall of them.
 // Call it where the consumer's handler lives, for instance on a ticker
 // beside the consumer, so that an operator's 'inbox deadletters replay'
 // takes effect.
@@ -106,7 +109,7 @@ func (c *Client[TTx]) MarkDeadLettersForReplay(ctx context.Context, consumer str
 //
 // A failure of the store, or of ctx, stops the call: it returns the results
 // so far and the error, and the dead letters not replayed stay marked.
-func (c *Client[TTx]) ReplayDeadLetters(ctx context.Context, consumer string, h Handler[TTx]) ([]ReplayResult, error) {
+func (c *Client[TTx]) ProcessReplays(ctx context.Context, consumer string, h Handler[TTx]) ([]ReplayResult, error) {
 	if err := ValidateConsumer(consumer); err != nil {
 		return nil, err
 	}
@@ -137,7 +140,7 @@ func (c *Client[TTx]) ReplayDeadLetters(ctx context.Context, consumer string, h 
 }
 
 // replayMarked replays one marked dead letter.
-func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplayStore, d *DeadLetter, h Handler[TTx]) (ReplayResult, error) {
+func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplayStore, d *inboxtype.DeadLetter, h Handler[TTx]) (ReplayResult, error) {
 	msg := deadLetterMessage(d)
 	outcome, err := c.Process(ctx, d.Consumer, msg, h)
 	if err == nil {
@@ -149,7 +152,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		return ReplayResult{DeadLetter: d, Outcome: outcome}, nil
 	}
 	if storeFailure(err) {
-		return ReplayResult{}, fmt.Errorf("inbox: replay dead letter %d: %w", d.ID, err)
+		return ReplayResult{}, fmt.Errorf("inbox: replay dead letter %d: %w", d.ID, trimPrefix{err})
 	}
 	if derr := c.DeadLetter(ctx, DeadLetterParams{Consumer: d.Consumer, Message: msg, Err: err, Attempts: d.Attempts + 1}); derr != nil {
 		return ReplayResult{}, derr
@@ -174,7 +177,7 @@ func storeFailure(err error) bool {
 }
 
 // deadLetterMessage is the message a dead letter stored.
-func deadLetterMessage(d *DeadLetter) Message {
+func deadLetterMessage(d *inboxtype.DeadLetter) Message {
 	return Message{
 		ID:      d.MessageID,
 		Payload: d.Payload,

@@ -76,7 +76,7 @@ func newFixture[TTx any](t *testing.T, name string, c *inbox.Client[TTx], ob *ou
 			return c.Process(ctx, consumer, msg, h)
 		},
 		replay: func(ctx context.Context, consumer string) ([]inbox.ReplayResult, error) {
-			return c.ReplayDeadLetters(ctx, consumer, h)
+			return c.ProcessReplays(ctx, consumer, h)
 		},
 		applied:    applied,
 		deadLetter: func(ctx context.Context, p inbox.DeadLetterParams) error { return c.DeadLetter(ctx, p) },

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"net/http"
 	"net/url"
 	"slices"
@@ -199,7 +200,7 @@ type DeadLetterJSON struct {
 // redacted is what a hidden header value reads.
 const redacted = "(redacted)"
 
-func (h *Handler) deadLetterJSON(d *inbox.DeadLetter) DeadLetterJSON {
+func (h *Handler) deadLetterJSON(d *inboxtype.DeadLetter) DeadLetterJSON {
 	j := DeadLetterJSON{
 		ID: d.ID, Consumer: d.Consumer, MessageID: d.MessageID, Reason: d.Reason, Error: d.Error,
 		Attempts: d.Attempts, FirstSeen: d.FirstSeen.UTC(), LastSeen: d.LastSeen.UTC(),
@@ -272,7 +273,7 @@ func readFilter(q url.Values) (dlFilter, error) {
 }
 
 // match lists the dead letters that f selects, at most limit.
-func (h *Handler) match(r *http.Request, f dlFilter, limit int) ([]*inbox.DeadLetter, bool, error) {
+func (h *Handler) match(r *http.Request, f dlFilter, limit int) ([]*inboxtype.DeadLetter, bool, error) {
 	fetch := limit
 	if f.Reason != "" || f.Query != "" {
 		fetch = MaxLimit
@@ -282,7 +283,7 @@ func (h *Handler) match(r *http.Request, f dlFilter, limit int) ([]*inbox.DeadLe
 		return nil, false, err
 	}
 	more := len(ds) == fetch
-	var out []*inbox.DeadLetter
+	var out []*inboxtype.DeadLetter
 	for _, d := range ds {
 		if f.Reason != "" && d.Reason != f.Reason {
 			continue
@@ -334,7 +335,7 @@ func pathID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-func (h *Handler) getDeadLetter(w http.ResponseWriter, r *http.Request) (*inbox.DeadLetter, bool) {
+func (h *Handler) getDeadLetter(w http.ResponseWriter, r *http.Request) (*inboxtype.DeadLetter, bool) {
 	id, err := pathID(r)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
@@ -425,13 +426,13 @@ type BulkReplayJSON struct {
 }
 
 // bulkMatch counts the dead letters a bulk replay with f marks.
-func (h *Handler) bulkMatch(r *http.Request, f dlFilter) ([]*inbox.DeadLetter, BulkReplayJSON, error) {
+func (h *Handler) bulkMatch(r *http.Request, f dlFilter) ([]*inboxtype.DeadLetter, BulkReplayJSON, error) {
 	ds, more, err := h.match(r, f, MaxLimit)
 	if err != nil {
 		return nil, BulkReplayJSON{}, err
 	}
 	out := BulkReplayJSON{Filter: f, Capped: more}
-	var ok []*inbox.DeadLetter
+	var ok []*inboxtype.DeadLetter
 	for _, d := range ds {
 		if d.MessageID == "" {
 			out.Skipped++
@@ -552,7 +553,7 @@ func (h *Handler) effects(w http.ResponseWriter, r *http.Request) {
 	h.render(w, r, "effects", "Stuck effects", &out)
 }
 
-func effectJSON(e *inbox.EffectEntry) EffectJSON {
+func effectJSON(e *inboxtype.EffectEntry) EffectJSON {
 	return EffectJSON{Consumer: e.Consumer, MessageID: e.MessageID, Step: e.Step, State: string(e.State), Attempts: e.Attempts, StartedAt: e.StartedAt.UTC()}
 }
 
@@ -574,7 +575,7 @@ func (h *Handler) resolveConfirm(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	e := EffectJSON{Consumer: p.Consumer, MessageID: p.MessageID, Step: p.Step, State: string(inbox.EffectStarted)}
+	e := EffectJSON{Consumer: p.Consumer, MessageID: p.MessageID, Step: p.Step, State: string(inboxtype.EffectStarted)}
 	h.render(w, r, "resolve", "Resolve an effect", &e)
 }
 
@@ -591,8 +592,8 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	p.State = inbox.EffectState(r.PostForm.Get("state"))
-	if p.State != inbox.EffectDone && p.State != inbox.EffectFailed {
+	p.State = inboxtype.EffectState(r.PostForm.Get("state"))
+	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q: want done (the call took effect) or failed (it did not)", p.State))
 		return
 	}
@@ -600,7 +601,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusConflict, fmt.Errorf("confirmation does not match: type the step's name, %q, to resolve it", p.Step))
 		return
 	}
-	if p.State == inbox.EffectDone {
+	if p.State == inboxtype.EffectDone {
 		p.Result = []byte(r.PostForm.Get("result"))
 	}
 	if err := h.store.ResolveEffect(r.Context(), p); err != nil {

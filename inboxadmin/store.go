@@ -3,6 +3,7 @@ package inboxadmin
 import (
 	"context"
 	"errors"
+	"github.com/txinbox/inbox/inboxtype"
 	"time"
 
 	"github.com/txinbox/inbox"
@@ -15,17 +16,17 @@ import (
 // *inbox.Client to it.
 type Store interface {
 	// Stats reports the rows of each consumer.
-	Stats(ctx context.Context) (*inbox.Stats, error)
+	Stats(ctx context.Context) (*inboxtype.Stats, error)
 	// ReplayHorizon is the longest window over which a message may be
 	// delivered again (inbox.Config.ReplayHorizon).
 	ReplayHorizon() time.Duration
 
 	// ListDeadLetters lists dead letters, newest first; consumer filters
 	// when not empty.
-	ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
+	ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error)
 	// GetDeadLetter returns one dead letter, or an error wrapping
 	// inbox.ErrNotFound.
-	GetDeadLetter(ctx context.Context, id int64) (*inbox.DeadLetter, error)
+	GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
 	// DeleteDeadLetter deletes one dead letter, or returns an error
 	// wrapping inbox.ErrNotFound.
 	DeleteDeadLetter(ctx context.Context, id int64) error
@@ -37,13 +38,13 @@ type Store interface {
 	// StuckEffects lists the remote-effect steps started before before and
 	// never recorded done, oldest first. It returns an error wrapping
 	// ErrUnsupported when the store keeps no ledger.
-	StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inbox.EffectEntry, error)
+	StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inboxtype.EffectEntry, error)
 	// ResolveEffect settles a started step as done or failed.
 	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
 
 	// Partitions lists the partitions of a partitioned inbox; it returns
 	// nil and no error when the inbox is not partitioned.
-	Partitions(ctx context.Context) (*inbox.PartitionState, error)
+	Partitions(ctx context.Context) (*inboxtype.PartitionState, error)
 }
 
 // Outbox is what the admin page reads and changes of a store's outbox
@@ -69,11 +70,17 @@ var ErrUnsupported = errors.New("inboxadmin: the store does not keep this")
 // FromClient adapts c to the Store the page reads. It also returns the
 // store's outbox, or nil when the store keeps none.
 func FromClient[TTx any](c *inbox.Client[TTx]) (Store, Outbox) {
-	s := clientStore[TTx]{c: c}
+	s := FromAdmin(c.Admin, c.Driver().Tables().Layout == inboxdriver.LayoutPartitioned)
 	if a, ok := c.Driver().(inboxdriver.OutboxAdmin); ok {
 		return s, driverOutbox{a: a, now: c.Config().Now}
 	}
 	return s, nil
+}
+
+// FromAdmin adapts a, any store's inbox.Admin, to the Store the page
+// reads; partitioned says whether its inbox has the partitioned layout.
+func FromAdmin(a *inbox.Admin, partitioned bool) Store {
+	return adminStore{a: a, partitioned: partitioned}
 }
 
 // OutboxOf adapts a store's outbox administration to the Outbox the page
@@ -85,49 +92,52 @@ func OutboxOf(a inboxdriver.OutboxAdmin, now func() time.Time) Outbox {
 	return driverOutbox{a: a, now: now}
 }
 
-// clientStore is a Store over an *inbox.Client.
-type clientStore[TTx any] struct{ c *inbox.Client[TTx] }
-
-func (s clientStore[TTx]) Stats(ctx context.Context) (*inbox.Stats, error) { return s.c.Stats(ctx) }
-func (s clientStore[TTx]) ReplayHorizon() time.Duration                    { return s.c.Config().ReplayHorizon }
-
-func (s clientStore[TTx]) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error) {
-	return s.c.DeadLetters(ctx, consumer, limit)
+// adminStore is a Store over an *inbox.Admin.
+type adminStore struct {
+	a           *inbox.Admin
+	partitioned bool
 }
 
-func (s clientStore[TTx]) GetDeadLetter(ctx context.Context, id int64) (*inbox.DeadLetter, error) {
-	return s.c.DeadLetterGet(ctx, id)
+func (s adminStore) Stats(ctx context.Context) (*inboxtype.Stats, error) { return s.a.Stats(ctx) }
+func (s adminStore) ReplayHorizon() time.Duration                        { return s.a.Config().ReplayHorizon }
+
+func (s adminStore) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error) {
+	return s.a.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: limit})
 }
 
-func (s clientStore[TTx]) DeleteDeadLetter(ctx context.Context, id int64) error {
-	return s.c.DeleteDeadLetter(ctx, id)
+func (s adminStore) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
+	return s.a.GetDeadLetter(ctx, id)
 }
 
-func (s clientStore[TTx]) MarkReplay(ctx context.Context, id int64) (bool, error) {
-	ok, err := s.c.MarkDeadLetterForReplay(ctx, id)
+func (s adminStore) DeleteDeadLetter(ctx context.Context, id int64) error {
+	return s.a.DeleteDeadLetter(ctx, id)
+}
+
+func (s adminStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
+	n, err := s.a.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id})
 	if errors.Is(err, inbox.ErrReplayUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
-	return ok, err
+	return n > 0, err
 }
 
-func (s clientStore[TTx]) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inbox.EffectEntry, error) {
-	es, err := s.c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inbox.EffectStarted, StartedBefore: before, Limit: limit})
+func (s adminStore) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inboxtype.EffectEntry, error) {
+	es, err := s.a.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inboxtype.EffectStarted, StartedBefore: before, Limit: limit})
 	if errors.Is(err, inbox.ErrEffectsUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
 	return es, err
 }
 
-func (s clientStore[TTx]) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
-	return s.c.ResolveEffect(ctx, p)
+func (s adminStore) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
+	return s.a.ResolveEffect(ctx, p)
 }
 
-func (s clientStore[TTx]) Partitions(ctx context.Context) (*inbox.PartitionState, error) {
-	if s.c.Driver().Tables().Layout != inboxdriver.LayoutPartitioned {
+func (s adminStore) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {
+	if !s.partitioned {
 		return nil, nil
 	}
-	return s.c.Partitions(ctx)
+	return s.a.Partitions(ctx)
 }
 
 // driverOutbox is an Outbox over a store's OutboxAdmin.

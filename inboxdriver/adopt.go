@@ -3,6 +3,8 @@ package inboxdriver
 import (
 	"context"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Adopter is implemented by a store that can move a plain inbox to the
@@ -19,9 +21,9 @@ type Adopter interface {
 	// the partitioned table and finds an id the plain table holds already
 	// claimed. Partition maintenance drops the frozen table, and the
 	// trigger, once no id it holds could be claimed again (see
-	// FrozenInbox). One maintainer runs at a time, as for
+	// inboxtype.FrozenInbox). One maintainer runs at a time, as for
 	// MaintainPartitions.
-	AdoptPlainInbox(ctx context.Context, p *AdoptParams) (*AdoptReport, error)
+	AdoptPlainInbox(ctx context.Context, p *AdoptParams) (*inboxtype.AdoptReport, error)
 }
 
 // Defaults of AdoptParams.
@@ -58,43 +60,6 @@ func (p AdoptParams) WithDefaults() AdoptParams {
 		p.Attempts = DefaultAdoptAttempts
 	}
 	return p
-}
-
-// AdoptReport is what AdoptPlainInbox did, or with DryRun would do.
-type AdoptReport struct {
-	// Skipped is true when another maintainer held the lock: nothing was
-	// done.
-	Skipped bool
-	// AlreadyAdopted is true when the inbox was partitioned already, with
-	// its frozen plain table still beside it: nothing was done.
-	AlreadyAdopted bool
-	// Switched is true when this run renamed the tables.
-	Switched bool
-	// Frozen is the name the plain table has, or will have, frozen.
-	Frozen string
-	// Attempts are the attempts the switch took at its lock.
-	Attempts int
-	// Created are the partitions made for the new table.
-	Created []Partition
-	// State is the partitions after the run.
-	State *PartitionState
-}
-
-// FrozenInbox is the plain table of an inbox adopted into the partitioned
-// layout (AdoptPlainInbox), kept read-only beside it: a claim of an id it
-// holds is a duplicate. Partition maintenance that drops (Drop) retires it
-// once none of its ids falls at or after the oldest partition's start: a
-// replay of any of them is then refused as expired.
-type FrozenInbox struct {
-	// Name is the table's name, in the inbox's schema.
-	Name string
-	// Rows is the planner's estimate of its rows, -1 when never analysed.
-	Rows int64
-	// Bytes is its size, with its indexes.
-	Bytes int64
-	// Consulted is true while claims look ids up in it (its trigger is on
-	// the inbox).
-	Consulted bool
 }
 
 // FrozenName is the name of the frozen plain table of inbox.

@@ -18,6 +18,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // ErrNotFound is returned by lookups of a row that does not exist. The root
@@ -29,22 +31,22 @@ var ErrNotFound = errors.New("inbox: not found")
 type Driver[TTx any] interface {
 	Admin
 
-	// BeginClaim begins a transaction and claims p.ID for p.Consumer as its
-	// first statement, with INSERT … ON CONFLICT DO NOTHING RETURNING or the
-	// dialect's equivalent. A store should send the claim together with the
-	// begin where its protocol allows it.
+	// BeginClaim begins a transaction and claims p.IDs for p.Consumer as
+	// its first statement, with INSERT … ON CONFLICT DO NOTHING or the
+	// dialect's equivalent; a store should send the claim with the begin
+	// where its protocol allows it. claimed[i] reports whether p.IDs[i]
+	// was new. The caller owns the open transaction: it must commit or roll
+	// it back. On error the driver has already released it.
 	//
-	// claimed is false when the row already existed. The transaction is open
-	// in both cases, and on success the caller owns it: it must commit or roll
-	// back. On error the driver has already released the transaction.
-	BeginClaim(ctx context.Context, p *ClaimParams) (tx TTx, claimed bool, err error)
+	// With p.Pipelined, a store may defer the claim to the commit: it then
+	// returns claimed as nil, every id counting as new, and Commit sends
+	// the claim, the statements the handler queued and COMMIT together. If
+	// the claim finds a duplicate there, nothing runs and Commit returns
+	// ErrDuplicate; if the queued statements fail, a *WorkError.
+	BeginClaim(ctx context.Context, p *ClaimParams) (tx TTx, claimed []bool, err error)
 
-	// BeginClaimBatch is BeginClaim for many ids in one statement. p.IDs hold
-	// no duplicates. claimed[i] reports whether p.IDs[i] was new.
-	BeginClaimBatch(ctx context.Context, p *ClaimBatchParams) (tx TTx, claimed []bool, err error)
-
-	// Claim claims inside a transaction that the caller began.
-	Claim(ctx context.Context, tx TTx, p *ClaimParams) (claimed bool, err error)
+	// Claim claims p.IDs inside a transaction that the caller began.
+	Claim(ctx context.Context, tx TTx, p *ClaimParams) (claimed []bool, err error)
 
 	// Commit commits tx.
 	Commit(ctx context.Context, tx TTx) error
@@ -63,34 +65,29 @@ type Driver[TTx any] interface {
 	TxBroken(ctx context.Context, tx TTx, err error) bool
 }
 
-// Pipeliner is implemented by a store that can send a message's whole
-// transaction in one round trip: BEGIN, the claim, a handler's work, COMMIT.
-// The client uses it for handlers that implement inbox.PipelinedHandler.
-type Pipeliner interface {
-	// ProcessPipelined claims p.ID for p.Consumer, runs work after the
-	// claim and commits, in one round trip. work is what a PipelinedHandler
-	// built for this store described; work of a kind the store does not
-	// know is an error, and nothing is sent.
-	//
-	// The claim is a plain INSERT, so that a duplicate fails it and the
-	// server skips the rest: claimed is then false, and nothing ran.
-	// workErr is the work's failure: nothing was committed. err is any
-	// other failure, of the begin, the claim or the commit; when it leaves
-	// the commit's outcome unknown (a broken connection), the driver's
-	// Classify says ClassUnavailable. In every case the driver has ended
-	// the transaction.
-	ProcessPipelined(ctx context.Context, p *ClaimParams, work any) (claimed bool, workErr, err error)
-
-	// ProcessPipelinedBatch is ProcessPipelined for many ids, which hold no
-	// duplicates, in one claim statement: claimed is false when any of them
-	// was a duplicate, and then nothing ran.
-	ProcessPipelinedBatch(ctx context.Context, p *ClaimBatchParams, work any) (claimed bool, workErr, err error)
-
-	// Applied reports whether the inbox holds a committed row for p.ID and
-	// p.Consumer, in one round trip outside any transaction. A row that is
-	// not committed yet is not reported: the claim decides for it.
-	Applied(ctx context.Context, p *ClaimParams) (bool, error)
+// Pipelined is implemented by a handler whose Handle (and HandleBatch)
+// only queue statements on the transaction, for the store to send later,
+// such as inboxpgx.PipelineFunc. The client may call such a handler
+// before the claim's outcome is known (ClaimParams.Pipelined).
+type Pipelined interface {
+	// PipelinesOnly is a marker: it does nothing.
+	PipelinesOnly()
 }
+
+// ErrDuplicate is returned by Commit of a deferred claim (see
+// Driver.BeginClaim) that found an id already claimed: nothing was
+// committed. The client runs the transaction again, claim first.
+var ErrDuplicate = errors.New("inbox: a deferred claim found a duplicate")
+
+// WorkError is returned by Commit of a deferred claim (see
+// Driver.BeginClaim) when the statements the handler queued failed: the
+// claim was new, and nothing was committed. It is the handler's failure.
+type WorkError struct{ Err error }
+
+func (e *WorkError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the statements' error.
+func (e *WorkError) Unwrap() error { return e.Err }
 
 // Admin is the part of a driver that works outside a message's transaction:
 // maintenance, dead letters, statistics and migrations. The CLI and
@@ -122,24 +119,24 @@ type Admin interface {
 	// was deleted.
 	Forget(ctx context.Context, p *ForgetParams) (bool, error)
 
-	// Stats reports the inbox's size.
-	Stats(ctx context.Context) (*Stats, error)
+	// inboxtype.Stats reports the inbox's size.
+	Stats(ctx context.Context) (*inboxtype.Stats, error)
 
 	// WithLock runs fn while holding the store-wide lock named key, if no one
 	// else holds it. ran is false, and fn is not called, when the lock is
 	// taken. It is how a single cleaner is chosen among many processes.
 	WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (ran bool, err error)
 
-	// DeadLetter records a message that will not be applied. A message
+	// inboxtype.DeadLetter records a message that will not be applied. A message
 	// already recorded under the same consumer and DedupKey is updated:
 	// its reason, error, attempts and last-seen time.
-	DeadLetter(ctx context.Context, d *DeadLetter) error
+	DeadLetter(ctx context.Context, d *inboxtype.DeadLetter) error
 
 	// DeadLetters lists dead letters, newest first.
-	DeadLetters(ctx context.Context, p *DeadLetterListParams) ([]*DeadLetter, error)
+	DeadLetters(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterGet returns one dead letter, or ErrNotFound.
-	DeadLetterGet(ctx context.Context, id int64) (*DeadLetter, error)
+	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
 
 	// DeadLetterDelete deletes one dead letter and reports whether it
 	// existed.
@@ -313,17 +310,14 @@ const (
 // a consumer host's: the purge cutoff is read from the same clock.
 type ClaimParams struct {
 	Consumer string
-	ID       string
+	// IDs are canonical and distinct; most claims hold one.
+	IDs []string
 	// LockTimeout bounds the wait behind an uncommitted claim of the same
 	// id by another transaction. Zero means no bound.
 	LockTimeout time.Duration
-}
-
-// ClaimBatchParams are the parameters of a batch claim.
-type ClaimBatchParams struct {
-	Consumer    string
-	IDs         []string
-	LockTimeout time.Duration
+	// Pipelined says that the handler implements Pipelined: the store may
+	// defer the claim to the commit (see Driver.BeginClaim).
+	Pipelined bool
 }
 
 // PurgeParams select the rows a purge deletes.
@@ -342,50 +336,6 @@ type PurgeParams struct {
 type ForgetParams struct {
 	Consumer string
 	ID       string
-}
-
-// Stats describe the inbox table.
-type Stats struct {
-	Consumers []ConsumerStats
-	// TableBytes is the size of the inbox table with its indexes, or -1
-	// where the store cannot tell.
-	TableBytes int64
-}
-
-// ConsumerStats describe one consumer's rows.
-type ConsumerStats struct {
-	Consumer string
-	Rows     int64
-	Oldest   time.Time
-	Newest   time.Time
-}
-
-// DeadLetter is a message that will not be applied, as stored.
-type DeadLetter struct {
-	// ID is assigned by the store.
-	ID       int64
-	Consumer string
-	// MessageID is the canonical id, or empty when the message had none or
-	// a malformed one.
-	MessageID string
-	// DedupKey identifies the message among dead letters: its id when it
-	// has one, its transport coordinates otherwise.
-	DedupKey  string
-	Transport string
-	Queue     string
-	Partition int32
-	Offset    int64
-	BrokerID  string
-	Key       []byte
-	Headers   map[string]string
-	Payload   []byte
-	Reason    string
-	Error     string
-	Attempts  int
-	// FirstSeen and LastSeen are when the message was first and last
-	// dead-lettered. On a write, LastSeen is the time of this write.
-	FirstSeen time.Time
-	LastSeen  time.Time
 }
 
 // TakeoverParams name a source of messages that one consumer owns at a

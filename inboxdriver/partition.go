@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Layout is the physical layout of the inbox table, chosen when it is
@@ -60,7 +62,7 @@ type Partitioner interface {
 
 	// Partitions lists the inbox's partitions, oldest first, with the
 	// tables that maintenance left detached.
-	Partitions(ctx context.Context) (*PartitionState, error)
+	Partitions(ctx context.Context) (*inboxtype.PartitionState, error)
 
 	// MaintainPartitions makes the partitions that are missing ahead and
 	// drops the expired ones, as p says. One maintainer runs at a time,
@@ -69,7 +71,7 @@ type Partitioner interface {
 	// made with CREATE TABLE then ATTACH PARTITION, and dropped with DETACH
 	// PARTITION … CONCURRENTLY then DROP TABLE. A detach that an earlier
 	// run left pending is finished first.
-	MaintainPartitions(ctx context.Context, p *MaintainPartitionsParams) (*PartitionReport, error)
+	MaintainPartitions(ctx context.Context, p *MaintainPartitionsParams) (*inboxtype.PartitionReport, error)
 }
 
 // Defaults of PartitionConfig.
@@ -153,91 +155,6 @@ type MaintainPartitionsParams struct {
 	DryRun bool
 }
 
-// PartitionState is the partitions of an inbox.
-type PartitionState struct {
-	// Now is the database's clock when they were listed.
-	Now time.Time
-	// Partitions are the attached partitions, oldest first.
-	Partitions []Partition
-	// Detached are tables named as partitions that are not attached:
-	// left by a run that stopped between a detach and its drop.
-	Detached []Partition
-	// Frozen is the plain table of an inbox adopted into this layout
-	// (Adopter), while it is kept; nil when there is none.
-	Frozen *FrozenInbox
-}
-
-// Covers reports whether an attached partition, not being detached, holds
-// the time t.
-func (s *PartitionState) Covers(t time.Time) bool {
-	for _, p := range s.Partitions {
-		if !p.DetachPending && !t.Before(p.From) && t.Before(p.To) {
-			return true
-		}
-	}
-	return false
-}
-
-// Range returns the lower bound of the oldest partition and the upper bound
-// of the newest, of those attached and not being detached; zero times when
-// there are none.
-func (s *PartitionState) Range() (oldest, newest time.Time) {
-	for _, p := range s.Partitions {
-		if p.DetachPending {
-			continue
-		}
-		if oldest.IsZero() || p.From.Before(oldest) {
-			oldest = p.From
-		}
-		if p.To.After(newest) {
-			newest = p.To
-		}
-	}
-	return oldest, newest
-}
-
-// Partition is one partition of the inbox.
-type Partition struct {
-	// Name is the table's name, in the inbox's schema.
-	Name string
-	// From and To are the times of its bounds: it holds the ids of times
-	// in [From, To).
-	From, To time.Time
-	// DetachPending is a DETACH PARTITION … CONCURRENTLY that did not
-	// finish. It takes no new rows.
-	DetachPending bool
-	// Rows is the planner's estimate of its rows, -1 when never analysed.
-	Rows int64
-	// Bytes is its size, with its indexes.
-	Bytes int64
-}
-
-// PartitionReport is what a maintenance run did, or with DryRun would do.
-type PartitionReport struct {
-	// Skipped is true when another maintainer held the lock: nothing was
-	// done.
-	Skipped bool
-	// Now is the database's clock at the start of the run.
-	Now time.Time
-	// Created are the partitions made, oldest first.
-	Created []Partition
-	// Finalized are the detaches left pending by an earlier run that this
-	// run finished.
-	Finalized []Partition
-	// Dropped are the partitions detached and dropped, oldest first,
-	// with the tables an earlier run left detached.
-	Dropped []Partition
-	// Reattached are tables left detached whose time had not expired:
-	// attached again.
-	Reattached []Partition
-	// Retired is the frozen plain table of an adopted inbox that the run
-	// dropped (would drop, with DryRun): none of its ids could be claimed
-	// again. Nil when none was.
-	Retired *FrozenInbox
-	// State is the partitions after the run (before it, with DryRun).
-	State *PartitionState
-}
-
 // PartitionMiss says why no partition covers an id.
 type PartitionMiss string
 
@@ -285,7 +202,7 @@ func (e *NoPartitionError) Unwrap() error { return e.Err }
 
 // ClassifyMiss says why no partition of state covers the id of time t, by
 // the database's clock now.
-func ClassifyMiss(state *PartitionState, t time.Time, maxSkew time.Duration) PartitionMiss {
+func ClassifyMiss(state *inboxtype.PartitionState, t time.Time, maxSkew time.Duration) PartitionMiss {
 	oldest, newest := state.Range()
 	switch {
 	case !oldest.IsZero() && t.Before(oldest):

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -36,11 +37,11 @@ func TestClassifyMiss(t *testing.T) {
 	t.Parallel()
 	day := 24 * time.Hour
 	now := time.Date(2025, 6, 10, 12, 0, 0, 0, time.UTC)
-	part := func(from time.Time) inboxdriver.Partition {
-		return inboxdriver.Partition{From: from, To: from.Add(day)}
+	part := func(from time.Time) inboxtype.Partition {
+		return inboxtype.Partition{From: from, To: from.Add(day)}
 	}
 	d0 := now.Truncate(day)
-	st := &inboxdriver.PartitionState{Now: now, Partitions: []inboxdriver.Partition{
+	st := &inboxtype.PartitionState{Now: now, Partitions: []inboxtype.Partition{
 		part(d0.Add(-2 * day)), part(d0.Add(-day)), part(d0.Add(day)), part(d0.Add(2 * day)), // no partition today
 	}}
 	for _, tc := range []struct {
@@ -64,7 +65,7 @@ func TestClassifyMiss(t *testing.T) {
 	st.Partitions[0].DetachPending = true
 	require.Equal(t, inboxdriver.MissExpired, inboxdriver.ClassifyMiss(st, d0.Add(-2*day), day))
 	// No partitions at all: nothing has expired yet.
-	empty := &inboxdriver.PartitionState{Now: now}
+	empty := &inboxtype.PartitionState{Now: now}
 	require.Equal(t, inboxdriver.MissNotMade, inboxdriver.ClassifyMiss(empty, now.Add(-90*day), day))
 	require.Equal(t, inboxdriver.MissFuture, inboxdriver.ClassifyMiss(empty, now.Add(2*day), day))
 }

@@ -3,13 +3,15 @@ package inboxdriver
 import (
 	"context"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // ReplayStore records requests to replay dead letters. Replaying runs the
 // consumer's handler, which only the application has: an operator marks dead
 // letters for replay ('inbox deadletters replay', or
-// inbox.Client.MarkDeadLetterForReplay), and the application replays the
-// marked ones with its handler (inbox.Client.ReplayDeadLetters).
+// inbox.Admin.ReplayDeadLetters), and the application replays the
+// marked ones with its handler (inbox.Client.ProcessReplays).
 //
 // It is optional, as EffectStore is: a store that keeps the requests also
 // implements ReplayStore, and the client finds it with a type assertion. Its
@@ -25,7 +27,7 @@ type ReplayStore interface {
 
 	// DeadLettersMarked lists p.Consumer's dead letters that are marked
 	// for replay, oldest mark first, at most p.Limit.
-	DeadLettersMarked(ctx context.Context, p *DeadLetterListParams) ([]*DeadLetter, error)
+	DeadLettersMarked(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterUnmarkReplay clears the replay mark of one dead letter and
 	// reports whether it was marked.

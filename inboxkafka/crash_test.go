@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"os"
 	"os/exec"
 	"strconv"
@@ -150,8 +151,8 @@ func TestCrashPoisonIsDeadLettered(t *testing.T) {
 	poison := evs[25].id
 	e.produce(evs)
 
-	deadLettered := func() (*inbox.DeadLetter, error) {
-		dls, err := e.client.DeadLetters(context.Background(), "billing", 10)
+	deadLettered := func() (*inboxtype.DeadLetter, error) {
+		dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 		if err != nil || len(dls) == 0 {
 			return nil, err
 		}

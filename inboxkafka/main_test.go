@@ -41,6 +41,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"os"
 	"sort"
 	"strconv"
@@ -583,9 +584,9 @@ func (e *env) waitCommittedToEnd(timeout time.Duration) {
 }
 
 // deadLetters returns the stored dead letters, oldest first.
-func (e *env) deadLetters() []*inbox.DeadLetter {
+func (e *env) deadLetters() []*inboxtype.DeadLetter {
 	e.t.Helper()
-	ds, err := e.client.DeadLetters(context.Background(), "", 1000)
+	ds, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Limit: 1000})
 	require.NoError(e.t, err)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].Offset < ds[j].Offset })
 	return ds

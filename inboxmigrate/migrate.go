@@ -23,13 +23,22 @@ import (
 
 // Migrator applies migrations to one store.
 type Migrator struct {
-	admin inboxdriver.Admin
+	admin Store
 	s     *schema
+}
+
+// Store is what a migrator needs of a store: every driver (an
+// inboxdriver.Admin) has it.
+type Store interface {
+	Dialect() inboxdriver.Dialect
+	Tables() inboxdriver.Tables
+	WithMigrationLock(ctx context.Context, fn func(ctx context.Context) error) error
+	MigrationTx(ctx context.Context, fn func(ctx context.Context, q inboxdriver.Querier) error) error
 }
 
 // New returns a migrator for the store behind admin, such as an
 // *inboxpgx.Driver, with its dialect and table names.
-func New(admin inboxdriver.Admin) (*Migrator, error) {
+func New(admin Store) (*Migrator, error) {
 	t := admin.Tables().WithDefaults()
 	if err := t.Validate(admin.Dialect()); err != nil {
 		return nil, err

@@ -71,7 +71,7 @@ func TestNotTheMessagesFaultIsNoAttempt(t *testing.T) {
 	h.start(cfg, handler, nil)
 	h.waitSettled(durable)
 	require.Equal(t, 1, h.effectCount(flaky))
-	dls, err := h.client.DeadLetters(context.Background(), "billing", 10)
+	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, poison, dls[0].MessageID)
@@ -146,7 +146,7 @@ func TestStreakBreakerBoundsDeadLetters(t *testing.T) {
 	eventually(t, "the streak breaker to open and a probe to fail", func() bool { return obs.pauses() >= 2 })
 	down.Store(false)
 	h.waitSettled(durable)
-	dls, err := h.client.DeadLetters(context.Background(), "billing", 100)
+	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(dls), 2, "at most StreakLimit-1 messages dead-lettered before the breaker opened")
 	dead := map[string]bool{}

@@ -275,7 +275,7 @@ func TestPoisonIsDeadLetteredAndTerminated(t *testing.T) {
 	require.Equal(t, 0, h.effectCount(permanent), "a failed handler's effect rolled back")
 	require.Equal(t, 0, h.effectCount(failing))
 
-	dls, err := h.client.DeadLetters(context.Background(), "billing", 100)
+	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
 	require.NoError(t, err)
 	reasons := map[uint64]string{}
 	attempts := map[uint64]int{}
@@ -342,7 +342,7 @@ func TestOrderKeptWithMaxAckPendingOne(t *testing.T) {
 	h.waitSettled(durable)
 	require.True(t, failed.Load())
 	require.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11}, h.effectOrder())
-	dls, err := h.client.DeadLetters(context.Background(), "billing", 10)
+	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	require.Equal(t, ids[8], dls[0].MessageID)

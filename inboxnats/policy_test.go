@@ -77,7 +77,7 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	h.start(cfg, h.effectHandler(&calls), nil)
 	h.waitSettled(durable)
 	require.Equal(t, 1, h.effectCount(good))
-	ds, err := h.client.DeadLetters(context.Background(), "billing", 10)
+	ds, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, inbox.ReasonMalformedID, ds[0].Reason)

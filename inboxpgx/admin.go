@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Classify implements inboxdriver.Admin. A connection that could not be
@@ -69,6 +70,9 @@ func classifyCode(code string) inboxdriver.ErrorClass {
 // serve now. A handler's own io.EOF or net.Error, on a connection that is
 // still open, is not the store's.
 func (d *Driver) TxBroken(ctx context.Context, tx pgx.Tx, err error) bool {
+	if _, ok := tx.(*pipeTx); ok {
+		return false // nothing was sent
+	}
 	if conn := tx.Conn(); conn == nil || conn.IsClosed() {
 		return true
 	}
@@ -102,14 +106,14 @@ func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool,
 }
 
 // Stats implements inboxdriver.Admin.
-func (d *Driver) Stats(ctx context.Context) (*inboxdriver.Stats, error) {
+func (d *Driver) Stats(ctx context.Context) (*inboxtype.Stats, error) {
 	rows, err := d.pool.Query(ctx, d.q.stats)
 	if err != nil {
 		return nil, err
 	}
-	s := &inboxdriver.Stats{}
+	s := &inboxtype.Stats{}
 	for rows.Next() {
-		var c inboxdriver.ConsumerStats
+		var c inboxtype.ConsumerStats
 		if err := rows.Scan(&c.Consumer, &c.Rows, &c.Oldest, &c.Newest); err != nil {
 			rows.Close()
 			return nil, err
@@ -199,7 +203,7 @@ func (q querier) QueryInts(ctx context.Context, sql string, args ...any) ([]int6
 }
 
 // DeadLetter implements inboxdriver.Admin.
-func (d *Driver) DeadLetter(ctx context.Context, dl *inboxdriver.DeadLetter) error {
+func (d *Driver) DeadLetter(ctx context.Context, dl *inboxtype.DeadLetter) error {
 	headers := dl.Headers
 	if headers == nil {
 		headers = map[string]string{}
@@ -212,7 +216,7 @@ func (d *Driver) DeadLetter(ctx context.Context, dl *inboxdriver.DeadLetter) err
 }
 
 // DeadLetters implements inboxdriver.Admin.
-func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxdriver.DeadLetter, error) {
+func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	rows, err := d.pool.Query(ctx, d.q.deadLetters, p.Consumer, p.Limit)
 	if err != nil {
 		return nil, err
@@ -221,7 +225,7 @@ func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListP
 }
 
 // DeadLetterGet implements inboxdriver.Admin.
-func (d *Driver) DeadLetterGet(ctx context.Context, id int64) (*inboxdriver.DeadLetter, error) {
+func (d *Driver) DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
 	rows, err := d.pool.Query(ctx, d.q.deadLetter1, id)
 	if err != nil {
 		return nil, err
@@ -242,8 +246,8 @@ func (d *Driver) DeadLetterDelete(ctx context.Context, id int64) (bool, error) {
 	return ct.RowsAffected() > 0, nil
 }
 
-func scanDeadLetter(row pgx.CollectableRow) (*inboxdriver.DeadLetter, error) {
-	var dl inboxdriver.DeadLetter
+func scanDeadLetter(row pgx.CollectableRow) (*inboxtype.DeadLetter, error) {
+	var dl inboxtype.DeadLetter
 	err := row.Scan(&dl.ID, &dl.Consumer, &dl.DedupKey, &dl.MessageID, &dl.Transport, &dl.Queue,
 		&dl.Partition, &dl.Offset, &dl.BrokerID, &dl.Key, &dl.Headers, &dl.Payload,
 		&dl.Reason, &dl.Error, &dl.Attempts, &dl.FirstSeen, &dl.LastSeen)

@@ -3,6 +3,7 @@ package inboxpgx_test
 import (
 	"context"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,7 +107,7 @@ func (f *adoptFixture) replay(ctx context.Context, i int, m inbox.Message) (inbo
 			return 0, "", err
 		}
 		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-		o, err := f.partC.ProcessTx(ctx, tx, "billing", m)
+		o, err := f.partC.ClaimTx(ctx, tx, "billing", m)
 		if err != nil || o != inbox.Applied {
 			return o, "", err
 		}
@@ -152,9 +153,9 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 	// A claim on the plain table stays open across the switch's first
 	// attempts.
 	straddle := inbox.Message{ID: inboxtest.NewID()}
-	open, claimed, err := f.plain.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: straddle.ID})
+	open, claimed, err := f.plain.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{straddle.ID}})
 	require.NoError(t, err)
-	require.True(t, claimed)
+	require.Equal(t, []bool{true}, claimed)
 	_, err = open.Exec(ctx, `INSERT INTO `+f.effects+` (consumer, message_id) VALUES ('billing', $1)`, straddle.ID)
 	require.NoError(t, err)
 	defer func() { _ = f.plain.Rollback(ctx, open) }()
@@ -204,7 +205,7 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 
 	awaitCount(t, &replays, 60, "replays before the switch")
 	type result struct {
-		rep *inbox.AdoptReport
+		rep *inboxtype.AdoptReport
 		err error
 	}
 	adopted := make(chan result, 1)

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtest"
@@ -25,84 +23,53 @@ func BenchmarkClaim(b *testing.B) {
 	ctx := context.Background()
 	lt := inbox.DefaultLockTimeout
 
-	single := func(lt time.Duration) func(b *testing.B) {
+	// run claims n new ids per transaction and commits, with the claim
+	// deferred to the commit when pipelined.
+	run := func(n int, lt time.Duration, pipelined bool) func(b *testing.B) {
 		return func(b *testing.B) {
+			ids := make([]string, n)
 			for b.Loop() {
-				tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), LockTimeout: lt})
-				if err != nil || !claimed {
+				for i := range ids {
+					ids[i] = inboxtest.NewID()
+				}
+				tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", IDs: ids, LockTimeout: lt, Pipelined: pipelined})
+				if err != nil || (claimed == nil) != pipelined {
 					b.Fatalf("claim: %v, claimed %v", err, claimed)
+				}
+				for i, c := range claimed {
+					if !c {
+						b.Fatalf("id %d was not claimed", i)
+					}
 				}
 				if err := d.Commit(ctx, tx); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "msgs/s")
 		}
 	}
-	b.Run("Single", single(lt))
+	b.Run("Single", run(1, lt, false))
 	// The same without the lock-timeout bracket (Config.LockTimeout < 0):
 	// what the bound on a duplicate's wait costs.
-	b.Run("SingleNoLockTimeout", single(0))
-
-	b.Run("Batch100", func(b *testing.B) {
-		ids := make([]string, 100)
-		for b.Loop() {
-			for i := range ids {
-				ids[i] = inboxtest.NewID()
-			}
-			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, LockTimeout: lt})
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i, c := range claimed {
-				if !c {
-					b.Fatalf("id %d of the batch was not claimed", i)
-				}
-			}
-			if err := d.Commit(ctx, tx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(b.N*len(ids))/b.Elapsed().Seconds(), "msgs/s")
-	})
-
+	b.Run("SingleNoLockTimeout", run(1, 0, false))
+	b.Run("Batch100", run(100, lt, false))
 	// The pipelined paths: BEGIN, the claim and COMMIT in one round trip
 	// (here with no work after the claim), for one id and for 100.
-	b.Run("Pipelined", func(b *testing.B) {
-		for b.Loop() {
-			claimed, workErr, err := d.ProcessPipelined(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: inboxtest.NewID(), LockTimeout: lt}, &pgx.Batch{})
-			if err != nil || workErr != nil || !claimed {
-				b.Fatalf("pipelined claim: %v, %v, claimed %v", err, workErr, claimed)
-			}
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	})
-	b.Run("PipelinedBatch100", func(b *testing.B) {
-		ids := make([]string, 100)
-		for b.Loop() {
-			for i := range ids {
-				ids[i] = inboxtest.NewID()
-			}
-			claimed, workErr, err := d.ProcessPipelinedBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "bench", IDs: ids, LockTimeout: lt}, &pgx.Batch{})
-			if err != nil || workErr != nil || !claimed {
-				b.Fatalf("pipelined claim: %v, %v, claimed %v", err, workErr, claimed)
-			}
-		}
-		b.ReportMetric(float64(b.N*len(ids))/b.Elapsed().Seconds(), "msgs/s")
-	})
+	b.Run("Pipelined", run(1, lt, true))
+	b.Run("PipelinedBatch100", run(100, lt, true))
 
 	b.Run("Duplicate", func(b *testing.B) {
-		id := inboxtest.NewID()
-		tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: id})
-		if err != nil || !claimed {
-			b.Fatalf("claim: %v, claimed %v", err, claimed)
+		p := &inboxdriver.ClaimParams{Consumer: "bench", IDs: []string{inboxtest.NewID()}, LockTimeout: lt}
+		tx, _, err := d.BeginClaim(ctx, p)
+		if err != nil {
+			b.Fatal(err)
 		}
 		if err := d.Commit(ctx, tx); err != nil {
 			b.Fatal(err)
 		}
 		for b.Loop() {
-			tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "bench", ID: id, LockTimeout: lt})
-			if err != nil || claimed {
+			tx, claimed, err := d.BeginClaim(ctx, p)
+			if err != nil || claimed[0] {
 				b.Fatalf("claim: %v, claimed %v", err, claimed)
 			}
 			if err := d.Rollback(ctx, tx); err != nil {

@@ -69,10 +69,10 @@ func TestLockTimeoutBoundsOnlyTheClaim(t *testing.T) {
 	}
 }
 
-// TestProcessTxRestoresCallersLockTimeout checks that a claim in the
+// TestClaimTxRestoresCallersLockTimeout checks that a claim in the
 // caller's transaction leaves the caller's own lock_timeout in place, on
 // the applied path and on the duplicate path.
-func TestProcessTxRestoresCallersLockTimeout(t *testing.T) {
+func TestClaimTxRestoresCallersLockTimeout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, _ := newDriver(t, inboxdriver.Tables{})
@@ -87,7 +87,7 @@ func TestProcessTxRestoresCallersLockTimeout(t *testing.T) {
 		t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 		_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '1234ms'`)
 		require.NoError(t, err)
-		out, err := c.ProcessTx(ctx, tx, "billing", inbox.Message{ID: id})
+		out, err := c.ClaimTx(ctx, tx, "billing", inbox.Message{ID: id})
 		require.NoError(t, err)
 		require.Equal(t, want, out)
 		var v string
@@ -105,10 +105,10 @@ func TestBatchClaimLockTimeout(t *testing.T) {
 	ctx := context.Background()
 	d, _ := newDriver(t, inboxdriver.Tables{})
 	held := inboxtest.NewID()
-	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: held})
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{held}})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Rollback(context.Background(), tx) })
-	require.True(t, claimed)
+	require.True(t, claimed[0])
 
 	c, err := inbox.NewClient(d, &inbox.Config{LockTimeout: 50 * time.Millisecond, MaxConflictRetries: -1})
 	require.NoError(t, err)
@@ -172,13 +172,13 @@ func TestLockTimeoutOnAFreshConnection(t *testing.T) {
 			_, err := c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, pipelined)
 			return err
 		}},
-		{"ProcessTx", func(c *inbox.Client[pgx.Tx], pool *pgxpool.Pool) error {
+		{"ClaimTx", func(c *inbox.Client[pgx.Tx], pool *pgxpool.Pool) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return err
 			}
 			defer tx.Rollback(ctx)
-			_, err = c.ProcessTx(ctx, tx, "billing", inbox.Message{ID: inboxtest.NewID()})
+			_, err = c.ClaimTx(ctx, tx, "billing", inbox.Message{ID: inboxtest.NewID()})
 			return err
 		}},
 	} {
@@ -205,4 +205,39 @@ func TestLockTimeoutOnAFreshConnection(t *testing.T) {
 			require.Equal(t, "0", v)
 		})
 	}
+}
+
+// TestSessionLockTimeoutMatchingTheClaim checks a pool whose sessions
+// already have the client's lock timeout, where the claim sends no
+// statements around it: the bound still holds, for the claim and, as the
+// session says, for the handler.
+func TestSessionLockTimeoutMatchingTheClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := newDriver(t, inboxdriver.Tables{})
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 2
+	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "200"
+	own, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(own.Close)
+	od, err := inboxpgx.New(own, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
+	require.NoError(t, err)
+	c, err := inbox.NewClient(od, &inbox.Config{LockTimeout: 200 * time.Millisecond, MaxConflictRetries: -1})
+	require.NoError(t, err)
+
+	var got []string
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, showLockTimeout(&got)))
+	require.Equal(t, []string{"200ms"}, got)
+
+	held := inboxtest.NewID()
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{held}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Rollback(context.Background(), tx) })
+	require.True(t, claimed[0])
+	_, err = c.Process(ctx, "billing", inbox.Message{ID: held}, showLockTimeout(&got))
+	require.ErrorIs(t, err, inbox.ErrLockTimeout)
+	require.Equal(t, inbox.FaultContention, inbox.Judge(err))
+	require.Len(t, got, 1)
 }

@@ -1,54 +1,13 @@
 // Package inboxpgx is the inbox's Postgres store, over pgx v5 and its pool.
-// It is the primary store: handlers receive a pgx.Tx.
+// Handlers receive a pgx.Tx. A claim travels with the BEGIN in one round
+// trip, and a PipelineFunc handler's whole transaction in one.
 //
-// A claim travels with the BEGIN in one pipelined batch (pgx's
-// Batch.BeginTx), so processing a message costs the same round trips as the
-// bare BEGIN; UPDATE; COMMIT it protects: begin and claim, the handler's
-// statements, commit.
+//	pool, _ := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+//	driver, _ := inboxpgx.New(pool, nil)
+//	client, _ := inbox.NewClient(driver, nil)
 //
-// # Pipelined handlers
-//
-// A PipelineFunc (or PipelineBatchFunc) queues its statements on a
-// pgx.Batch instead of running them, and Process (or ProcessBatch) then
-// sends the whole transaction as one batch: BEGIN, the claim as a plain
-// INSERT, the statements, COMMIT; one round trip for a new message. A
-// duplicate fails the claim with a unique violation, the server skips the
-// rest, and the driver rolls the aborted transaction back. pgx prepares a
-// failed batch's statements again on their next use, and the server logs
-// the violation, so after a duplicate the client looks messages up first
-// (one SELECT) until one is new.
-//
-// # Concurrent duplicates
-//
-// A second delivery of a message whose first delivery is still in flight
-// waits in its INSERT on the first transaction's uncommitted row: the unique
-// key is the lock. When the first commits, the second finds the row and is a
-// Duplicate; when the first rolls back, the second claims and applies. The
-// wait is bounded by the client's LockTimeout, after which the claim fails
-// with inbox.ErrLockTimeout.
-//
-// # Grants
-//
-// A consumer's role needs SELECT and INSERT on the inbox, and SELECT,
-// INSERT and UPDATE of four columns on the dead letters; a cleaner's needs
-// DELETE: docs/GRANTS.md lists each role's grants, and why.
-//
-// # Effects ledger
-//
-// The driver keeps the ledger of remote side effects (inbox.Client.Effect)
-// in the effects table: it implements inboxdriver.EffectStore. Each ledger
-// write commits on its own connection while the handler's transaction holds
-// another, so a pool serving N concurrent handlers that use Effect needs
-// more than N connections.
-//
-// # Outbox
-//
-// The driver keeps the producer's outbox (package outbox) in the tables
-// Tables.Outbox and Tables.OutboxKeys: it implements
-// inboxdriver.OutboxStore. An enqueue is one INSERT over unnest, whatever
-// the number of events; a relay's claim sends the ordered and the
-// unordered claims in one round trip, each an UPDATE over rows locked with
-// FOR UPDATE SKIP LOCKED.
+// The tables come from package inboxmigrate; docs/GRANTS.md lists the
+// grants of each role.
 package inboxpgx
 
 import (
@@ -56,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -86,6 +46,15 @@ type Config struct {
 }
 
 // Driver is the inbox store on a pgx pool. It is safe for concurrent use.
+//
+// It keeps the ledger of remote side effects (inbox.Client.Effect) in the
+// effects table: each ledger write commits on its own connection while the
+// handler's transaction holds another, so a pool serving N concurrent
+// handlers that use Effect needs more than N connections. It keeps the
+// producer's outbox (package outbox) in Tables.Outbox and
+// Tables.OutboxKeys: an enqueue is one INSERT over unnest, and a relay's
+// claim sends the ordered and the unordered claims in one round trip, each
+// an UPDATE over rows locked with FOR UPDATE SKIP LOCKED.
 type Driver struct {
 	pool      *pgxpool.Pool
 	tables    inboxdriver.Tables
@@ -95,6 +64,9 @@ type Driver struct {
 	// partitions keeps the inbox's partitions, when it is partitioned.
 	partitions *pgpartition.Maintainer
 	oq         outboxQueries
+	// duplicates holds the consumers whose last claim for a Pipelined
+	// handler found a duplicate (see beginPipelined).
+	duplicates sync.Map
 }
 
 var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -129,107 +101,140 @@ func (d *Driver) Dialect() inboxdriver.Dialect { return inboxdriver.DialectPostg
 // Tables implements inboxdriver.Admin.
 func (d *Driver) Tables() inboxdriver.Tables { return d.tables }
 
-// BeginClaim implements inboxdriver.Driver. BEGIN, the lock timeout and the
-// claim go to the server in one pipelined batch.
-func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, bool, error) {
-	b := &pgx.Batch{}
-	b.BeginTx(d.txOptions)
-	var claimed bool
-	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch, opts ...any) {
-		b.Queue(d.q.claim, append(opts, p.Consumer, p.ID)...).Exec(func(ct pgconn.CommandTag) error {
-			claimed = ct.RowsAffected() == 1
-			return nil
-		})
-	})
-	tx, err := d.sendBegin(ctx, b)
-	if err != nil {
-		return nil, false, d.claimError(ctx, []string{p.ID}, err)
+// BeginClaim implements inboxdriver.Driver. BEGIN and the claim go to the
+// server in one pipelined batch (pgx's Batch.BeginTx): one INSERT, of one
+// row or FROM unnest. Processing a message then costs the round trips of
+// the bare BEGIN; UPDATE; COMMIT it protects. A Pipelined handler's claim
+// is deferred to Commit (see PipelineFunc).
+//
+// A second delivery of a message whose first delivery is still in flight
+// waits in its INSERT on the first transaction's uncommitted row: the
+// unique key is the lock. When the first commits, the second finds the row
+// and is a Duplicate; when the first rolls back, the second claims and
+// applies. ClaimParams.LockTimeout bounds the wait.
+func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, []bool, error) {
+	if p.Pipelined {
+		if tx, claimed, ok, err := d.beginPipelined(ctx, p); ok || err != nil {
+			return tx, claimed, err
+		}
 	}
-	return tx, claimed, nil
-}
-
-// BeginClaimBatch implements inboxdriver.Driver. One INSERT … SELECT FROM
-// unnest claims every id.
-func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (pgx.Tx, []bool, error) {
-	b := &pgx.Batch{}
-	b.BeginTx(d.txOptions)
-	claimed := make([]bool, len(p.IDs))
-	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch, opts ...any) {
-		b.Queue(d.q.claimBatch, append(opts, p.Consumer, p.IDs)...).Query(func(rows pgx.Rows) error {
-			return scanClaimed(rows, p.IDs, claimed)
-		})
-	})
-	tx, err := d.sendBegin(ctx, b)
+	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
 		return nil, nil, d.claimError(ctx, p.IDs, err)
 	}
+	bracket, err := d.bracket(ctx, conn.Conn(), p.LockTimeout)
+	if err != nil {
+		conn.Release()
+		return nil, nil, d.claimError(ctx, p.IDs, err)
+	}
+	// One id is claimed with a plain INSERT, cheaper for the server than
+	// ON CONFLICT's speculative insertion: a duplicate fails it, and the
+	// aborted transaction is rolled back. The server logs that failure and
+	// pgx prepares the batch's statements again, so after a duplicate the
+	// consumer's claims take ON CONFLICT DO NOTHING until one is new
+	// (noteDuplicates).
+	_, after := d.duplicates.Load(p.Consumer)
+	plain := len(p.IDs) == 1 && !after
+	b := &pgx.Batch{}
+	b.BeginTx(d.txOptions)
+	claimed := make([]bool, len(p.IDs))
+	bracket.queue(b, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
+		switch {
+		case plain:
+			q := b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.IDs[0])...)
+			q.Exec(func(pgconn.CommandTag) error {
+				claimed[0] = true
+				return nil
+			})
+			return q
+		case len(p.IDs) == 1:
+			q := b.Queue(d.q.claim, append(opts, p.Consumer, p.IDs[0])...)
+			q.Exec(func(ct pgconn.CommandTag) error {
+				claimed[0] = ct.RowsAffected() == 1
+				return nil
+			})
+			return q
+		}
+		q := b.Queue(d.q.claimBatch, append(opts, p.Consumer, p.IDs)...)
+		q.Query(func(rows pgx.Rows) error { return scanClaimed(rows, p.IDs, claimed) })
+		return q
+	})
+	br := conn.SendBatch(ctx, b)
+	tx := &poolTx{Tx: br.Tx(), conn: conn}
+	if err := br.Close(); err != nil {
+		rollback(ctx, tx)
+		if plain && isUniqueViolation(err) {
+			// A duplicate: the transaction is over, and Rollback of it is
+			// a no-op.
+			d.noteDuplicates(p.Consumer, claimed)
+			return tx, claimed, nil
+		}
+		return nil, nil, d.claimError(ctx, p.IDs, err)
+	}
+	d.noteDuplicates(p.Consumer, claimed)
 	return tx, claimed, nil
 }
 
-// Claim implements inboxdriver.Driver, inside the caller's transaction.
-func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParams) (bool, error) {
-	if p.LockTimeout <= 0 {
-		ct, err := tx.Exec(ctx, d.q.claim, p.Consumer, p.ID)
-		if err != nil {
-			return false, d.claimError(ctx, []string{p.ID}, err)
-		}
-		return ct.RowsAffected() == 1, nil
-	}
+// Claim implements inboxdriver.Driver, inside the caller's transaction,
+// whose lock_timeout the driver cannot know: a bracket saves and restores
+// it around the claim.
+func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParams) ([]bool, error) {
 	b := &pgx.Batch{}
-	var claimed bool
-	d.queueClaim(b, p.LockTimeout, func(b *pgx.Batch, opts ...any) {
-		b.Queue(d.q.claim, append(opts, p.Consumer, p.ID)...).Exec(func(ct pgconn.CommandTag) error {
-			claimed = ct.RowsAffected() == 1
-			return nil
+	claimed := make([]bool, len(p.IDs))
+	claim := func(b *pgx.Batch, opts ...any) {
+		b.Queue(d.q.claimBatch, append(opts, p.Consumer, p.IDs)...).Query(func(rows pgx.Rows) error {
+			return scanClaimed(rows, p.IDs, claimed)
 		})
-	})
+	}
+	if p.LockTimeout <= 0 {
+		claim(b)
+	} else {
+		ms := max(p.LockTimeout.Milliseconds(), 1)
+		b.Queue(setLockTimeout, fmt.Sprintf("%dms", ms))
+		claim(b, boundedPrepare{timeout: p.LockTimeout})
+		b.Queue(restoreLockTimeout)
+	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return false, d.claimError(ctx, []string{p.ID}, err)
+		return nil, d.claimError(ctx, p.IDs, err)
 	}
 	return claimed, nil
 }
 
-// queueClaim queues the claim, bracketed by statements that bound its lock
-// wait and then restore the transaction's own lock_timeout, so that the
-// bound applies to the claim and not to the handler. claim queues the claim
-// with opts before its arguments: a boundedPrepare, which bounds the
-// claim's first prepare on a connection too. It returns the restore, or nil
-// when there is no bracket.
-func (d *Driver) queueClaim(b *pgx.Batch, lockTimeout time.Duration, claim func(b *pgx.Batch, opts ...any)) (restore *pgx.QueuedQuery) {
-	if lockTimeout <= 0 {
-		claim(b)
-		return nil
-	}
-	ms := max(lockTimeout.Milliseconds(), 1)
-	b.Queue(setLockTimeout, fmt.Sprintf("%dms", ms))
-	claim(b, boundedPrepare{timeout: lockTimeout})
-	return b.Queue(restoreLockTimeout)
-}
-
-// The lock-timeout bracket. The saved value lives in a transaction-local
-// custom setting, so the restore is exact even inside a caller's
-// transaction that set its own lock_timeout. The save is nested in the
-// set's argument, so that it comes first whatever the order in which the
-// server evaluates a target list.
-//
-// Folding the bracket into the claim statement (a CTE that sets, claims and
-// restores) was measured and was not cheaper: see docs/BENCHMARKS.md.
+// The lock-timeout bracket of Claim, inside a caller's transaction. The
+// saved value lives in a transaction-local custom setting, so the restore
+// is exact even when the caller set its own lock_timeout. The save is
+// nested in the set's argument, so that it comes first whatever the order
+// in which the server evaluates a target list.
 const (
 	setLockTimeout = `SELECT set_config('lock_timeout',
     $1::text || left(set_config('inbox.saved_lock_timeout', current_setting('lock_timeout'), true), 0), true)`
 	restoreLockTimeout = `SELECT set_config('lock_timeout', current_setting('inbox.saved_lock_timeout'), true)`
 )
 
-// sendBegin sends a batch that begins a transaction and returns the
-// transaction, or rolls it back and returns the batch's error.
-func (d *Driver) sendBegin(ctx context.Context, b *pgx.Batch) (pgx.Tx, error) {
-	br := d.pool.SendBatch(ctx, b)
-	tx := br.Tx()
-	if err := br.Close(); err != nil {
-		rollback(ctx, tx)
-		return nil, err
+// poolTx is a transaction on a connection acquired from the pool, which
+// goes back to the pool when the transaction ends.
+type poolTx struct {
+	pgx.Tx
+	conn *pgxpool.Conn
+}
+
+func (t *poolTx) Commit(ctx context.Context) error {
+	err := t.Tx.Commit(ctx)
+	t.release()
+	return err
+}
+
+func (t *poolTx) Rollback(ctx context.Context) error {
+	err := t.Tx.Rollback(ctx)
+	t.release()
+	return err
+}
+
+func (t *poolTx) release() {
+	if t.conn != nil {
+		t.conn.Release()
+		t.conn = nil
 	}
-	return tx, nil
 }
 
 func scanClaimed(rows pgx.Rows, ids []string, claimed []bool) error {
@@ -251,13 +256,21 @@ func scanClaimed(rows pgx.Rows, ids []string, claimed []bool) error {
 	return rows.Err()
 }
 
-// Commit implements inboxdriver.Driver.
+// Commit implements inboxdriver.Driver. A deferred claim's transaction is
+// sent whole here (see pipeTx).
 func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
+	if t, ok := tx.(*pipeTx); ok {
+		return t.commit(ctx)
+	}
 	return tx.Commit(ctx)
 }
 
 // Rollback implements inboxdriver.Driver.
 func (d *Driver) Rollback(ctx context.Context, tx pgx.Tx) error {
+	if t, ok := tx.(*pipeTx); ok {
+		t.done = true // nothing was sent
+		return nil
+	}
 	err := tx.Rollback(ctx)
 	if errors.Is(err, pgx.ErrTxClosed) {
 		return nil

@@ -180,9 +180,9 @@ func TestLockTimeoutIsScopedToTheClaim(t *testing.T) {
 	defer tx.Rollback(ctx)
 	_, err = tx.Exec(ctx, `SET LOCAL lock_timeout = '7s'`)
 	require.NoError(t, err)
-	inboxtest.RequireApplied(t)(c.ProcessTx(ctx, tx, "billing", inbox.Message{ID: inboxtest.NewID()}))
+	inboxtest.RequireApplied(t)(c.ClaimTx(ctx, tx, "billing", inbox.Message{ID: inboxtest.NewID()}))
 	require.NoError(t, tx.QueryRow(ctx, `SHOW lock_timeout`).Scan(&seen))
-	require.Equal(t, "7s", seen, "ProcessTx must restore the caller's lock_timeout")
+	require.Equal(t, "7s", seen, "ClaimTx must restore the caller's lock_timeout")
 }
 
 func TestTextIDs(t *testing.T) {

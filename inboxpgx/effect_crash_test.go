@@ -41,6 +41,7 @@ import (
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -258,7 +259,7 @@ func (e *effectEnv) requireNoPayment(msg inbox.Message) {
 	require.Zero(e.t, n, "payments recorded for the message")
 }
 
-func (e *effectEnv) ledger(msg inbox.Message) *inbox.EffectEntry {
+func (e *effectEnv) ledger(msg inbox.Message) *inboxtype.EffectEntry {
 	e.t.Helper()
 	es, err := e.client.ListEffects(context.Background(), inbox.ListEffectsParams{Consumer: consumer, MessageID: msg.ID})
 	require.NoError(e.t, err)
@@ -266,9 +267,9 @@ func (e *effectEnv) ledger(msg inbox.Message) *inbox.EffectEntry {
 	return es[0]
 }
 
-func (e *effectEnv) requireParked(msg inbox.Message) *inbox.DeadLetter {
+func (e *effectEnv) requireParked(msg inbox.Message) *inboxtype.DeadLetter {
 	e.t.Helper()
-	dls, err := e.client.DeadLetters(context.Background(), consumer, 10)
+	dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: consumer, Limit: 10})
 	require.NoError(e.t, err)
 	require.Len(e.t, dls, 1, "dead letters")
 	require.Equal(e.t, msg.ID, dls[0].MessageID)
@@ -278,7 +279,7 @@ func (e *effectEnv) requireParked(msg inbox.Message) *inbox.DeadLetter {
 
 func (e *effectEnv) requireNotParked() {
 	e.t.Helper()
-	dls, err := e.client.DeadLetters(context.Background(), consumer, 10)
+	dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: consumer, Limit: 10})
 	require.NoError(e.t, err)
 	require.Empty(e.t, dls, "dead letters")
 }
@@ -334,9 +335,9 @@ func testCrashHonouring(t *testing.T, point fault.Point) {
 	e.requireCaptures(msg, capturedBeforeCrash, capturedBeforeCrash)
 	entry := e.ledger(msg)
 	if point == fault.AfterEffectBeforeCommit {
-		require.Equal(t, inbox.EffectDone, entry.State)
+		require.Equal(t, inboxtype.EffectDone, entry.State)
 	} else {
-		require.Equal(t, inbox.EffectStarted, entry.State)
+		require.Equal(t, inboxtype.EffectStarted, entry.State)
 	}
 
 	// The redelivery: a started step is called again with the same key, a
@@ -350,7 +351,7 @@ func testCrashHonouring(t *testing.T, point fault.Point) {
 	caps := e.requireCaptures(msg, 1, wantRequests)
 	e.requirePayment(msg, caps[0])
 	entry = e.ledger(msg)
-	require.Equal(t, inbox.EffectDone, entry.State)
+	require.Equal(t, inboxtype.EffectDone, entry.State)
 	require.Equal(t, caps[0], string(entry.Result))
 
 	inboxtest.RequireDuplicate(t)(e.client.Process(context.Background(), consumer, msg, h))
@@ -395,7 +396,7 @@ func testCrashIgnoringNonIdempotent(t *testing.T, point fault.Point) {
 	}
 	e.requireNoPayment(msg)
 	dl := e.requireParked(msg)
-	stuck, err := e.client.ListEffects(ctx, inbox.ListEffectsParams{State: inbox.EffectStarted})
+	stuck, err := e.client.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted})
 	require.NoError(t, err)
 	require.Len(t, stuck, 1, "stuck steps")
 	require.Equal(t, "capture", stuck[0].Step)
@@ -405,12 +406,12 @@ func testCrashIgnoringNonIdempotent(t *testing.T, point fault.Point) {
 	caps, _ := e.provider.state()
 	if len(caps) == 0 {
 		require.NoError(t, e.client.ResolveEffect(ctx, inbox.ResolveEffectParams{
-			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inbox.EffectFailed}))
+			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inboxtype.EffectFailed}))
 	} else {
 		require.NoError(t, e.client.ResolveEffect(ctx, inbox.ResolveEffectParams{
-			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inbox.EffectDone, Result: []byte(caps[0])}))
+			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inboxtype.EffectDone, Result: []byte(caps[0])}))
 	}
-	inboxtest.RequireApplied(t)(e.client.ReplayDeadLetter(ctx, dl.ID, h))
+	inboxtest.RequireApplied(t)(e.client.ProcessDeadLetter(ctx, dl.ID, h))
 	caps = e.requireCaptures(msg, 1, 1)
 	e.requirePayment(msg, caps[0])
 	inboxtest.RequireDuplicate(t)(e.client.Process(ctx, consumer, msg, h))

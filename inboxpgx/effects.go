@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.EffectStore = (*Driver)(nil)
@@ -14,19 +15,19 @@ var _ inboxdriver.EffectStore = (*Driver)(nil)
 // EffectBegin implements inboxdriver.EffectStore. A new step costs one
 // autocommitted INSERT; a step seen before is locked, read and, if it may
 // start again, updated in one short transaction.
-func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxtype.EffectEntry, bool, error) {
 	ct, err := d.pool.Exec(ctx, d.q.effectInsert, p.Consumer, p.ID, p.Step, p.Now)
 	if err != nil {
 		return nil, false, err
 	}
 	if ct.RowsAffected() == 1 {
-		return &inboxdriver.EffectEntry{
+		return &inboxtype.EffectEntry{
 			Consumer: p.Consumer, MessageID: p.ID, Step: p.Step,
-			State: inboxdriver.EffectStarted, Attempts: 1, StartedAt: p.Now,
+			State: inboxtype.EffectStarted, Attempts: 1, StartedAt: p.Now,
 		}, true, nil
 	}
 	var (
-		e       *inboxdriver.EffectEntry
+		e       *inboxtype.EffectEntry
 		started bool
 	)
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
@@ -38,11 +39,11 @@ func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginPara
 		if err != nil {
 			return err
 		}
-		started = e.State == inboxdriver.EffectFailed || (e.State == inboxdriver.EffectStarted && p.RetryStarted)
+		started = e.State == inboxtype.EffectFailed || (e.State == inboxtype.EffectStarted && p.RetryStarted)
 		if !started {
 			return nil
 		}
-		e.State, e.StartedAt, e.Result, e.DoneAt = inboxdriver.EffectStarted, p.Now, nil, time.Time{}
+		e.State, e.StartedAt, e.Result, e.DoneAt = inboxtype.EffectStarted, p.Now, nil, time.Time{}
 		return tx.QueryRow(ctx, d.q.effectRestart, p.Consumer, p.ID, p.Step, p.Now).Scan(&e.Attempts)
 	})
 	if err != nil {
@@ -79,7 +80,7 @@ func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolve
 }
 
 // EffectList implements inboxdriver.EffectStore.
-func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxdriver.EffectEntry, error) {
+func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	var id, before any
 	if p.ID != "" {
 		id = p.ID
@@ -94,16 +95,16 @@ func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams
 	return pgx.CollectRows(rows, scanEffect)
 }
 
-func scanEffect(row pgx.CollectableRow) (*inboxdriver.EffectEntry, error) {
+func scanEffect(row pgx.CollectableRow) (*inboxtype.EffectEntry, error) {
 	var (
-		e      inboxdriver.EffectEntry
+		e      inboxtype.EffectEntry
 		state  string
 		doneAt *time.Time
 	)
 	if err := row.Scan(&e.Consumer, &e.MessageID, &e.Step, &state, &e.Result, &e.Attempts, &e.StartedAt, &doneAt); err != nil {
 		return nil, err
 	}
-	e.State = inboxdriver.EffectState(state)
+	e.State = inboxtype.EffectState(state)
 	if doneAt != nil {
 		e.DoneAt = *doneAt
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -38,7 +39,7 @@ func TestEffectsTextIDs(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, es, 1)
 	require.Equal(t, id, es[0].MessageID)
-	require.Equal(t, inbox.EffectDone, es[0].State)
+	require.Equal(t, inboxtype.EffectDone, es[0].State)
 
 	require.NoError(t, c.Forget(ctx, "billing", id))
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))

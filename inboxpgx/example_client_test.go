@@ -115,7 +115,7 @@ func ExampleClient_ProcessBatch() {
 // A handler that only writes can queue its statements: Process then sends
 // BEGIN, the claim, the UPDATE and COMMIT in one round trip. The duplicate
 // fails the claim, and its UPDATE does not run.
-func ExamplePipelinedHandler() {
+func ExamplePipelineFunc() {
 	client, pool, drop := exampleClient()
 	defer drop()
 	ctx := context.Background()
@@ -136,8 +136,8 @@ func ExamplePipelinedHandler() {
 	// balance: 100
 }
 
-// ProcessTx claims inside a transaction the application already runs.
-func ExampleClient_ProcessTx() {
+// ClaimTx claims inside a transaction the application already runs.
+func ExampleClient_ClaimTx() {
 	client, pool, drop := exampleClient()
 	defer drop()
 	ctx := context.Background()
@@ -147,7 +147,7 @@ func ExampleClient_ProcessTx() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		outcome, err := client.ProcessTx(ctx, tx, "billing", msg)
+		outcome, err := client.ClaimTx(ctx, tx, "billing", msg)
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -100,7 +100,7 @@ func ExampleClient_Effect() {
 	fmt.Println("captures at the provider:", captures)
 	fmt.Println("idempotency key:", inbox.EffectKey("billing", msg.ID, "capture"))
 	// Output:
-	// error: inbox: process billing/0190b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b: handler: connection lost before the commit
+	// error: inbox: handler billing/0190b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b: connection lost before the commit
 	// recorded capture cap_1
 	// applied
 	// duplicate

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/pgpartition"
 )
 
@@ -17,7 +18,7 @@ var _ inboxdriver.Partitioner = (*Driver)(nil)
 func (d *Driver) PartitionConfig() inboxdriver.PartitionConfig { return d.partitions.Config() }
 
 // Partitions implements inboxdriver.Partitioner.
-func (d *Driver) Partitions(ctx context.Context) (*inboxdriver.PartitionState, error) {
+func (d *Driver) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {
 	if err := d.partitioned(); err != nil {
 		return nil, err
 	}
@@ -25,7 +26,7 @@ func (d *Driver) Partitions(ctx context.Context) (*inboxdriver.PartitionState, e
 }
 
 // MaintainPartitions implements inboxdriver.Partitioner.
-func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxdriver.PartitionReport, error) {
+func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
 	if err := d.partitioned(); err != nil {
 		return nil, err
 	}
@@ -36,7 +37,7 @@ var _ inboxdriver.Adopter = (*Driver)(nil)
 
 // AdoptPlainInbox implements inboxdriver.Adopter: the store's Tables.Layout
 // is partitioned, and its inbox table still the plain one.
-func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxdriver.AdoptReport, error) {
+func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
 	if err := d.partitioned(); err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -62,7 +63,7 @@ func TestConformancePartitioned(t *testing.T) {
 }
 
 // partitionsOf lists d's partitions.
-func partitionsOf(t *testing.T, d *inboxpgx.Driver) *inboxdriver.PartitionState {
+func partitionsOf(t *testing.T, d *inboxpgx.Driver) *inboxtype.PartitionState {
 	t.Helper()
 	st, err := d.Partitions(context.Background())
 	require.NoError(t, err)
@@ -70,7 +71,7 @@ func partitionsOf(t *testing.T, d *inboxpgx.Driver) *inboxdriver.PartitionState 
 }
 
 // partitionOf returns the partition of st that holds time at.
-func partitionOf(t *testing.T, st *inboxdriver.PartitionState, at time.Time) inboxdriver.Partition {
+func partitionOf(t *testing.T, st *inboxtype.PartitionState, at time.Time) inboxtype.Partition {
 	t.Helper()
 	for _, p := range st.Partitions {
 		if !at.Before(p.From) && at.Before(p.To) {
@@ -78,7 +79,7 @@ func partitionOf(t *testing.T, st *inboxdriver.PartitionState, at time.Time) inb
 		}
 	}
 	t.Fatalf("no partition holds %s", at)
-	return inboxdriver.Partition{}
+	return inboxtype.Partition{}
 }
 
 // awaitDetachPending waits until a detach of a partition of schema's
@@ -124,13 +125,13 @@ DROP TABLE `+pgx.Identifier{schema, p.Name}.Sanitize())
 	}
 
 	// A claim stays open: its transaction holds the parent table.
-	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: inboxtest.NewID()})
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{inboxtest.NewID()}})
 	require.NoError(t, err)
-	require.True(t, claimed)
+	require.True(t, claimed[0])
 	defer func() { _ = d.Rollback(ctx, tx) }()
 
 	type result struct {
-		rep *inbox.PartitionReport
+		rep *inboxtype.PartitionReport
 		err error
 	}
 	done := make(chan result, 1)
@@ -175,7 +176,7 @@ func TestPartitionMaintenanceFinishesInterruptedRuns(t *testing.T) {
 	c := newClient(t, d, &inbox.Config{ReplayHorizon: time.Hour, Retention: 2 * 24 * time.Hour})
 	st := partitionsOf(t, d)
 	parent := pgx.Identifier{schema, "inbox"}.Sanitize()
-	ident := func(p inboxdriver.Partition) string { return pgx.Identifier{schema, p.Name}.Sanitize() }
+	ident := func(p inboxtype.Partition) string { return pgx.Identifier{schema, p.Name}.Sanitize() }
 	pending, detached := st.Partitions[0], st.Partitions[1]
 	yesterday := partitionOf(t, st, st.Now.Add(-24*time.Hour))
 	kept := inbox.Message{ID: inboxtest.NewIDAt(yesterday.From.Add(time.Hour))}
@@ -184,7 +185,7 @@ func TestPartitionMaintenanceFinishesInterruptedRuns(t *testing.T) {
 	// A concurrent detach, cancelled on the server while it waits for an
 	// open claim. (Cancelling its context would not do: pgx breaks off the
 	// connection, and the server finishes the detach all the same.)
-	tx, _, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: inboxtest.NewID()})
+	tx, _, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{inboxtest.NewID()}})
 	require.NoError(t, err)
 	detach := `ALTER TABLE ` + parent + ` DETACH PARTITION ` + ident(pending) + ` CONCURRENTLY`
 	detachErr := make(chan error, 1)
@@ -202,7 +203,7 @@ func TestPartitionMaintenanceFinishesInterruptedRuns(t *testing.T) {
 	require.NoError(t, d.Rollback(ctx, tx))
 	// A plain detach of an expired day and of yesterday, as if their drop
 	// had not run.
-	for _, p := range []inboxdriver.Partition{detached, yesterday} {
+	for _, p := range []inboxtype.Partition{detached, yesterday} {
 		_, err := pool.Exec(ctx, `ALTER TABLE `+parent+` DETACH PARTITION `+ident(p))
 		require.NoError(t, err)
 	}

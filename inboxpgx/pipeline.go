@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -27,8 +26,9 @@ import (
 // for. BEGIN, COMMIT and ROLLBACK do not belong in it. The claim is the
 // transaction's first statement, a plain INSERT: a duplicate fails it with
 // a unique violation, which the server logs, and the server skips the
-// statements. After a duplicate the client looks each message up first, in
-// one round trip, until one is not there (see inbox.PipelinedHandler).
+// statements; the client then claims again, first, and reports Duplicate.
+// After a duplicate the driver looks each message of the consumer up
+// first, in one round trip, until one is not there.
 //
 // A queued query may check its result in a callback (QueuedQuery.Exec and
 // the like) and return an error, such as for an UPDATE that matched no row:
@@ -36,38 +36,29 @@ import (
 // a second round trip. Without callbacks, a failing statement is what rolls
 // the transaction back.
 //
-// Where the statements cannot go with the claim (ProcessBatch, which
-// pipelines PipelineBatchFunc, or a message whose work could not be
-// described), Handle runs them in the transaction after the claim, as one
-// batch.
+// When the claim cannot go with the statements (a batch with a duplicate,
+// a consumer after a duplicate), the statements run in the transaction
+// after the claim, as one batch.
 type PipelineFunc func(ctx context.Context, msg inbox.Message, b *pgx.Batch) error
 
-var _ inbox.PipelinedHandler[pgx.Tx] = PipelineFunc(nil)
+var (
+	_ inbox.Handler[pgx.Tx] = PipelineFunc(nil)
+	_ inboxdriver.Pipelined = PipelineFunc(nil)
+)
 
-// Handle queues msg's statements and runs them in tx, in one round trip.
+// Handle queues msg's statements and sends them on tx: in one round trip,
+// or with the commit when the driver deferred the claim.
 func (f PipelineFunc) Handle(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-	return runQueued(ctx, tx, func(b *pgx.Batch) error { return f(ctx, msg, b) })
+	return sendQueued(ctx, tx, func(b *pgx.Batch) error { return f(ctx, msg, b) })
 }
 
-// Pipeline implements inbox.PipelinedHandler: it returns msg's statements
-// as a *pgx.Batch.
-func (f PipelineFunc) Pipeline(ctx context.Context, msg inbox.Message) (any, error) {
-	return queued(func(b *pgx.Batch) error { return f(ctx, msg, b) })
-}
+// PipelinesOnly implements inboxdriver.Pipelined.
+func (PipelineFunc) PipelinesOnly() {}
 
-// queued returns the batch that queue fills.
-func queued(queue func(b *pgx.Batch) error) (*pgx.Batch, error) {
+// sendQueued sends the statements that queue queues on tx.
+func sendQueued(ctx context.Context, tx pgx.Tx, queue func(b *pgx.Batch) error) error {
 	b := &pgx.Batch{}
-	if err := queue(b); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
-// runQueued runs the statements that queue queues in tx, in one round trip.
-func runQueued(ctx context.Context, tx pgx.Tx, queue func(b *pgx.Batch) error) error {
-	b, err := queued(queue)
-	if err != nil || b.Len() == 0 {
+	if err := queue(b); err != nil || b.Len() == 0 {
 		return err
 	}
 	return tx.SendBatch(ctx, b).Close()
@@ -77,82 +68,157 @@ func runQueued(ctx context.Context, tx pgx.Tx, queue func(b *pgx.Batch) error) e
 // statements that apply msgs, in order, such as one UPDATE … FROM unnest
 // over all of them. ProcessBatch and ProcessBatchOrdered send a batch's
 // whole transaction in one round trip: BEGIN, one claim of every id, the
-// statements, COMMIT. When a message of the batch is a duplicate, the claim
-// fails, the statements do not run, and the batch is claimed on its own and
-// its new messages handled with the function, as a BatchHandler's are.
-// Process calls the function with the one message.
+// statements, COMMIT. Process calls the function with the one message.
 type PipelineBatchFunc func(ctx context.Context, msgs []inbox.Message, b *pgx.Batch) error
 
-var _ inbox.PipelinedBatchHandler[pgx.Tx] = PipelineBatchFunc(nil)
+var (
+	_ inbox.BatchHandler[pgx.Tx] = PipelineBatchFunc(nil)
+	_ inboxdriver.Pipelined      = PipelineBatchFunc(nil)
+)
 
-// Handle runs the statements of msg alone in tx.
+// Handle sends the statements of msg alone on tx.
 func (f PipelineBatchFunc) Handle(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
 	return f.HandleBatch(ctx, tx, []inbox.Message{msg})
 }
 
-// HandleBatch queues the statements of msgs and runs them in tx, in one
-// round trip.
+// HandleBatch queues the statements of msgs and sends them on tx.
 func (f PipelineBatchFunc) HandleBatch(ctx context.Context, tx pgx.Tx, msgs []inbox.Message) error {
-	return runQueued(ctx, tx, func(b *pgx.Batch) error { return f(ctx, msgs, b) })
+	return sendQueued(ctx, tx, func(b *pgx.Batch) error { return f(ctx, msgs, b) })
 }
 
-// Pipeline implements inbox.PipelinedHandler for msg alone.
-func (f PipelineBatchFunc) Pipeline(ctx context.Context, msg inbox.Message) (any, error) {
-	return f.PipelineBatch(ctx, []inbox.Message{msg})
+// PipelinesOnly implements inboxdriver.Pipelined.
+func (PipelineBatchFunc) PipelinesOnly() {}
+
+// errQueueOnly is what a deferred transaction answers a handler that does
+// more than queue statements.
+var errQueueOnly = errors.New("inboxpgx: a pipelined handler may only queue statements on its transaction (SendBatch, with no results read)")
+
+// pipeTx is the transaction of a deferred claim: nothing is sent until
+// Commit, which sends BEGIN, the claim, the statements the handler queued
+// (with SendBatch) and COMMIT in one round trip.
+type pipeTx struct {
+	d    *Driver
+	p    *inboxdriver.ClaimParams
+	work []*pgx.QueuedQuery
+	done bool
 }
 
-// PipelineBatch implements inbox.PipelinedBatchHandler: it returns the
-// statements of msgs as a *pgx.Batch.
-func (f PipelineBatchFunc) PipelineBatch(ctx context.Context, msgs []inbox.Message) (any, error) {
-	return queued(func(b *pgx.Batch) error { return f(ctx, msgs, b) })
-}
-
-var _ inboxdriver.Pipeliner = (*Driver)(nil)
-
-// ProcessPipelined implements inboxdriver.Pipeliner. work is a *pgx.Batch;
-// its queries follow BEGIN and the claim, and COMMIT follows them, in one
-// pipelined batch. The claim is a plain INSERT: a duplicate fails it with a
-// unique violation, and the server skips the rest of the batch.
-func (d *Driver) ProcessPipelined(ctx context.Context, p *inboxdriver.ClaimParams, work any) (claimed bool, workErr, err error) {
-	claimed, workErr, err = d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
-		return b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.ID)...)
-	})
-	return claimed, workErr, d.claimError(ctx, []string{p.ID}, err)
-}
-
-// ProcessPipelinedBatch implements inboxdriver.Pipeliner: ProcessPipelined
-// with one INSERT … SELECT FROM unnest of every id.
-func (d *Driver) ProcessPipelinedBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams, work any) (claimed bool, workErr, err error) {
-	claimed, workErr, err = d.pipeline(ctx, p.LockTimeout, work, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
-		return b.Queue(d.q.claimBatchPlain, append(opts, p.Consumer, p.IDs)...)
-	})
-	return claimed, workErr, d.claimError(ctx, p.IDs, err)
-}
-
-// pipeline sends BEGIN, the claim that claim queues, work's queries and
-// COMMIT as one batch on a connection of its own, and ends the transaction
-// whatever happens.
-func (d *Driver) pipeline(ctx context.Context, lockTimeout time.Duration, work any, claim func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery) (claimed bool, workErr, err error) {
-	wb, ok := work.(*pgx.Batch)
-	if !ok {
-		return false, nil, fmt.Errorf("inboxpgx: pipelined work is a %T, not a *pgx.Batch", work)
+func (t *pipeTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.done {
+		return pgx.FailedBatchResults(b, pgx.ErrTxClosed)
 	}
+	t.work = append(t.work, b.QueuedQueries...)
+	return queuedResults{}
+}
+
+func (t *pipeTx) Begin(context.Context) (pgx.Tx, error) { return nil, errQueueOnly }
+func (t *pipeTx) Commit(context.Context) error          { return errQueueOnly }
+func (t *pipeTx) Rollback(context.Context) error        { return errQueueOnly }
+func (t *pipeTx) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	return 0, errQueueOnly
+}
+func (t *pipeTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+func (t *pipeTx) Prepare(context.Context, string, string) (*pgconn.StatementDescription, error) {
+	return nil, errQueueOnly
+}
+func (t *pipeTx) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errQueueOnly
+}
+func (t *pipeTx) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errQueueOnly }
+func (t *pipeTx) QueryRow(context.Context, string, ...any) pgx.Row        { return errRow{} }
+func (t *pipeTx) Conn() *pgx.Conn                                         { return nil }
+
+// queuedResults are the results of statements queued on a pipeTx: they
+// come with the commit.
+type queuedResults struct{}
+
+func (queuedResults) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, errQueueOnly }
+func (queuedResults) Query() (pgx.Rows, error)         { return nil, errQueueOnly }
+func (queuedResults) QueryRow() pgx.Row                { return errRow{} }
+func (queuedResults) Close() error                     { return nil }
+func (queuedResults) Tx() pgx.Tx                       { return nil }
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errQueueOnly }
+
+// beginPipelined begins the transaction of a Pipelined handler's claim.
+// It defers the claim (a pipeTx), unless the consumer's last deferred
+// claim found a duplicate: duplicates come in runs (a replay after a crash
+// or a rebalance), and a deferred duplicate costs an error on the server,
+// which logs it. During a run one message is looked up first (a committed
+// row, which only an applied message leaves, answers Duplicate in one
+// round trip; one not found is new, or in flight elsewhere, and goes
+// deferred), and a batch is claimed first (ok false: BeginClaim claims).
+func (d *Driver) beginPipelined(ctx context.Context, p *inboxdriver.ClaimParams) (tx pgx.Tx, claimed []bool, ok bool, err error) {
+	if _, after := d.duplicates.Load(p.Consumer); after {
+		if len(p.IDs) > 1 {
+			return nil, nil, false, nil
+		}
+		var seen bool
+		if err := d.pool.QueryRow(ctx, d.q.applied, p.Consumer, p.IDs[0]).Scan(&seen); err != nil {
+			return nil, nil, true, d.claimError(ctx, p.IDs, err)
+		}
+		if seen {
+			return &pipeTx{d: d, p: p, done: true}, []bool{false}, true, nil
+		}
+		d.noteDuplicates(p.Consumer, []bool{true})
+	}
+	return &pipeTx{d: d, p: p}, nil, true, nil
+}
+
+// noteDuplicates records whether a claim of consumer's messages found
+// duplicates (claimed holds a false): the one place that starts and ends a
+// consumer's run of duplicates, during which claims take the forms that a
+// duplicate does not fail (see beginPipelined and BeginClaim).
+func (d *Driver) noteDuplicates(consumer string, claimed []bool) {
+	for _, c := range claimed {
+		if !c {
+			d.duplicates.Store(consumer, struct{}{})
+			return
+		}
+	}
+	d.duplicates.Delete(consumer)
+}
+
+// commit sends the deferred transaction: BEGIN, the claim, the queued
+// statements and COMMIT as one batch on a connection of its own, and ends
+// the transaction whatever happens. The claim is a plain INSERT: a
+// duplicate fails it with a unique violation, and the server skips the
+// rest of the batch.
+func (t *pipeTx) commit(ctx context.Context) error {
+	if t.done {
+		return pgx.ErrTxClosed
+	}
+	t.done = true
+	d, p := t.d, t.p
 	conn, err := d.pool.Acquire(ctx)
 	if err != nil {
-		return false, nil, err
+		return d.claimError(ctx, p.IDs, err)
 	}
 	defer conn.Release()
+	bracket, err := d.bracket(ctx, conn.Conn(), p.LockTimeout)
+	if err != nil {
+		return d.claimError(ctx, p.IDs, err)
+	}
 
 	// How far the results were read tells whose an error is: before the
 	// claim's, the claim's; after the work's last, the commit's.
 	var claimRead, restoreRead, workRead bool
 	b := &pgx.Batch{}
 	b.Queue(d.begin)
-	restore := d.queueClaim(b, lockTimeout, func(b *pgx.Batch, opts ...any) {
-		claim(b, opts...).Exec(func(pgconn.CommandTag) error {
+	restore := bracket.queue(b, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
+		var q *pgx.QueuedQuery
+		if len(p.IDs) == 1 {
+			q = b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.IDs[0])...)
+		} else {
+			q = b.Queue(d.q.claimBatchPlain, append(opts, p.Consumer, p.IDs)...)
+		}
+		q.Exec(func(pgconn.CommandTag) error {
 			claimRead = true
 			return nil
 		})
+		return q
 	})
 	restoreRead = restore == nil
 	if restore != nil {
@@ -164,13 +230,13 @@ func (d *Driver) pipeline(ctx context.Context, lockTimeout time.Duration, work a
 	// A query with a callback can still fail the work after the server has
 	// run it, so COMMIT waits for the callbacks, in a round trip of its own.
 	checked := false
-	for _, q := range wb.QueuedQueries {
+	for _, q := range t.work {
 		checked = checked || q.Fn != nil
 	}
-	b.QueuedQueries = append(b.QueuedQueries, wb.QueuedQueries...)
-	workRead = wb.Len() == 0
-	if n := wb.Len(); n > 0 {
-		last := wb.QueuedQueries[n-1]
+	b.QueuedQueries = append(b.QueuedQueries, t.work...)
+	workRead = len(t.work) == 0
+	if n := len(t.work); n > 0 {
+		last := t.work[n-1]
 		if fn := last.Fn; fn != nil {
 			last.Fn = func(br pgx.BatchResults) error {
 				err := fn(br)
@@ -193,33 +259,27 @@ func (d *Driver) pipeline(ctx context.Context, lockTimeout time.Duration, work a
 		_, err = conn.Exec(ctx, "commit")
 	}
 	if err == nil {
-		return true, nil, nil
+		return nil
 	}
 	pg := conn.Conn().PgConn()
 	if pg.IsClosed() {
-		return false, nil, err // the commit's outcome, if it was sent, is unknown
+		return d.claimError(ctx, p.IDs, err) // the commit's outcome, if it was sent, is unknown
 	}
 	if pg.TxStatus() != 'I' {
 		// The batch stopped in its transaction, which is now aborted.
 		if rerr := d.rollbackConn(ctx, conn); rerr != nil {
-			return false, nil, fmt.Errorf("%w (and its rollback failed: %v)", err, rerr)
+			return fmt.Errorf("%w (and its rollback failed: %v)", err, rerr)
 		}
 	}
 	switch {
 	case !claimRead && isUniqueViolation(err):
-		return false, nil, nil // a duplicate
+		d.noteDuplicates(p.Consumer, []bool{false})
+		return inboxdriver.ErrDuplicate
 	case claimRead && restoreRead && !workRead:
-		return true, err, nil
+		return &inboxdriver.WorkError{Err: err}
 	default:
-		return false, nil, err
+		return d.claimError(ctx, p.IDs, err)
 	}
-}
-
-// Applied implements inboxdriver.Pipeliner.
-func (d *Driver) Applied(ctx context.Context, p *inboxdriver.ClaimParams) (bool, error) {
-	var seen bool
-	err := d.pool.QueryRow(ctx, d.q.applied, p.Consumer, p.ID).Scan(&seen)
-	return seen, err
 }
 
 func isUniqueViolation(err error) bool {

@@ -199,9 +199,9 @@ func TestPipelineFuncConcurrentDuplicate(t *testing.T) {
 			c := newClient(t, f.d, &inbox.Config{LockTimeout: -1})
 			before := f.balance(t)
 			id := inboxtest.NewID()
-			tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id})
+			tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{id}})
 			require.NoError(t, err)
-			require.True(t, claimed)
+			require.True(t, claimed[0])
 			type result struct {
 				out inbox.Outcome
 				err error
@@ -246,23 +246,31 @@ func TestPipelineFuncLockTimeout(t *testing.T) {
 	require.Equal(t, "0", seen)
 
 	id := inboxtest.NewID()
-	tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id})
+	tx, claimed, err := f.d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{id}})
 	require.NoError(t, err)
-	require.True(t, claimed)
+	require.True(t, claimed[0])
 	defer tx.Rollback(ctx)
 	_, err = c.Process(ctx, "billing", credit(id, 5), f.credit())
 	require.ErrorIs(t, err, inbox.ErrLockTimeout)
 	require.Equal(t, 0, f.balance(t))
 }
 
-// A store that cannot pipeline runs a PipelinedHandler's Handle, after the
-// claim, as for any handler: a duplicate does not even describe its work.
-func TestPipelinedHandlerWithoutPipeliner(t *testing.T) {
+// noDefer is a store that never defers a claim.
+type noDefer struct{ inboxdriver.Driver[pgx.Tx] }
+
+func (n noDefer) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, []bool, error) {
+	q := *p
+	q.Pipelined = false
+	return n.Driver.BeginClaim(ctx, &q)
+}
+
+// A store that does not defer the claim runs a PipelineFunc after the
+// claim, as any handler: a duplicate does not even describe its work.
+func TestPipelineFuncWithoutDeferral(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	f := newPipelineFixture(t, nil)
-	plain := struct{ inboxdriver.Driver[pgx.Tx] }{f.d} // hides BeginClaimPipelined
-	c, err := inbox.NewClient[pgx.Tx](plain, nil)
+	c, err := inbox.NewClient[pgx.Tx](noDefer{f.d}, nil)
 	require.NoError(t, err)
 	id := inboxtest.NewID()
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", credit(id, 3), f.credit()))

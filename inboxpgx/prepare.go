@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,7 +60,7 @@ func prepareBounded(ctx context.Context, conn *pgx.Conn, sql string, timeout tim
 		data[key] = false
 		return nil
 	}
-	// Inside a transaction (ProcessTx) the setting is the transaction's,
+	// Inside a transaction (ClaimTx) the setting is the transaction's,
 	// and a failed prepare aborts it, which undoes the setting; outside one
 	// it is the session's, and restored whatever happens.
 	local := conn.PgConn().TxStatus() != 'I'
@@ -93,3 +94,62 @@ const (
     $1::text || left(set_config('inbox.saved_lock_timeout', current_setting('lock_timeout'), $2), 0), $2)`
 	restoreLockTimeoutScoped = `SELECT set_config('lock_timeout', current_setting('inbox.saved_lock_timeout'), $1)`
 )
+
+// bracket bounds a claim's lock wait on one connection, outside any
+// transaction of the caller's. The driver remembers each connection's
+// session lock_timeout (read once, in its CustomData): when it is already
+// the claim's, as on a pool whose sessions are given the client's
+// LockTimeout (pgxpool.Config.ConnConfig.RuntimeParams["lock_timeout"]),
+// the claim needs no statement around it; otherwise SET LOCAL bounds the
+// claim and then gives the handler the session's value back. A handler
+// that changes the session's lock_timeout (SET without LOCAL) leaves that
+// record stale: use SET LOCAL.
+type bracket struct {
+	set, restore string // empty when the session's value is the claim's
+	timeout      time.Duration
+}
+
+// sessionLockTimeoutKey keys a connection's session lock_timeout, in
+// milliseconds, in its CustomData.
+const sessionLockTimeoutKey = "inbox.session_lock_timeout"
+
+func (d *Driver) bracket(ctx context.Context, conn *pgx.Conn, timeout time.Duration) (bracket, error) {
+	want := int64(0)
+	if timeout > 0 {
+		want = max(timeout.Milliseconds(), 1)
+	}
+	data := conn.PgConn().CustomData()
+	session, ok := data[sessionLockTimeoutKey].(int64)
+	if !ok {
+		if err := conn.QueryRow(ctx, `SELECT setting::bigint FROM pg_settings WHERE name = 'lock_timeout'`).Scan(&session); err != nil {
+			return bracket{}, err
+		}
+		data[sessionLockTimeoutKey] = session
+	}
+	if session == want {
+		return bracket{}, nil
+	}
+	return bracket{
+		set:     "SET LOCAL lock_timeout = " + strconv.FormatInt(want, 10),
+		restore: "SET LOCAL lock_timeout = " + strconv.FormatInt(session, 10),
+		timeout: timeout,
+	}, nil
+}
+
+// queue queues the claim that claim queues, between the bracket's
+// statements, if any. claim receives the options to queue the claim
+// with: a boundedPrepare, so that a first prepare of the claim on the
+// connection is bounded too. It returns the restore, or nil.
+func (k bracket) queue(b *pgx.Batch, claim func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery) (restore *pgx.QueuedQuery) {
+	if k.set == "" {
+		claim(b)
+		return nil
+	}
+	b.Queue(k.set)
+	if k.timeout > 0 {
+		claim(b, boundedPrepare{timeout: k.timeout})
+	} else {
+		claim(b)
+	}
+	return b.Queue(k.restore)
+}

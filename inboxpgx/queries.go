@@ -41,8 +41,7 @@ func newQueries(t inboxdriver.Tables) queries {
 		// reads too.
 		claim: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at)
 VALUES ($1, $2, now())
-ON CONFLICT (consumer_name, message_id) DO NOTHING
-RETURNING message_id`,
+ON CONFLICT (consumer_name, message_id) DO NOTHING`,
 		// The pipelined claim: a duplicate fails it, which stops the
 		// pipeline before the handler's work.
 		claimPlain: `INSERT INTO ` + inbox + ` (consumer_name, message_id, processed_at) VALUES ($1, $2, now())`,

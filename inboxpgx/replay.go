@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.ReplayStore = (*Driver)(nil)
@@ -24,7 +25,7 @@ func (d *Driver) DeadLetterMarkReplay(ctx context.Context, p *inboxdriver.DeadLe
 }
 
 // DeadLettersMarked implements inboxdriver.ReplayStore.
-func (d *Driver) DeadLettersMarked(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxdriver.DeadLetter, error) {
+func (d *Driver) DeadLettersMarked(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	rows, err := d.pool.Query(ctx, d.q.deadLettersMarked, p.Consumer, p.Limit)
 	if err != nil {
 		return nil, err

@@ -215,9 +215,9 @@ func TestLockTimeoutPostgres(t *testing.T) {
 	require.NoError(t, err)
 
 	id := inboxtest.NewID()
-	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", ID: id})
+	tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: []string{id}})
 	require.NoError(t, err)
-	require.True(t, claimed)
+	require.Equal(t, []bool{true}, claimed)
 	defer tx.Rollback(ctx)
 	_, err = c.Process(ctx, "billing", inbox.Message{ID: id}, inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil }))
 	require.ErrorIs(t, err, inbox.ErrLockTimeout)

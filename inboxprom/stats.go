@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"sync"
 	"time"
 
@@ -14,14 +15,14 @@ import (
 
 // StatsSource is what a StatsCollector reads: an *inbox.Client.
 type StatsSource interface {
-	Stats(ctx context.Context) (*inbox.Stats, error)
+	Stats(ctx context.Context) (*inboxtype.Stats, error)
 	// OutboxStats returns inbox.ErrNoOutbox when the store keeps none:
 	// the outbox's gauges are left out.
 	OutboxStats(ctx context.Context) (*inbox.OutboxStats, error)
 	// ListEffects returns an error wrapping inbox.ErrEffectsUnsupported
 	// when the store keeps no effects ledger: inbox_effects_stuck is left
 	// out.
-	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inbox.EffectEntry, error)
+	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inboxtype.EffectEntry, error)
 	Config() inbox.Config
 }
 
@@ -193,7 +194,7 @@ func (c *StatsCollector) collect() ([]prometheus.Metric, error) {
 			gauge(c.headroom, (cov - c.cfg.ReplayHorizon).Seconds(), cs.Consumer)
 		}
 	}
-	effects, err := c.src.ListEffects(ctx, inbox.ListEffectsParams{State: inbox.EffectStarted, StartedBefore: now.Add(-c.cfg.StuckAfter), Limit: MaxStuckEffects})
+	effects, err := c.src.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-c.cfg.StuckAfter), Limit: MaxStuckEffects})
 	switch {
 	case errors.Is(err, inbox.ErrEffectsUnsupported):
 	case err != nil:

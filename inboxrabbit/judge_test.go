@@ -76,12 +76,12 @@ func TestNotTheMessagesFaultIsNoAttempt(t *testing.T) {
 	r := h.start(cfg, handler, nil)
 	eventually(t, "the flaky message applied", func() bool { return h.effectCount(flaky) == 1 })
 	eventually(t, "the poison message dead-lettered", func() bool {
-		dls, err := h.client.DeadLetters(context.Background(), "billing", 10)
+		dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 		require.NoError(t, err)
 		return len(dls) == 1
 	})
 	r.stop()
-	dls, err := h.client.DeadLetters(context.Background(), "billing", 10)
+	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, poison, dls[0].MessageID)
 	require.Equal(t, inbox.ReasonMaxAttempts, dls[0].Reason)
@@ -158,7 +158,7 @@ func TestStreakBreakerBoundsDeadLetters(t *testing.T) {
 	down.Store(false)
 	dead := map[string]bool{}
 	eventually(t, "every message applied or dead-lettered", func() bool {
-		dls, err := h.client.DeadLetters(context.Background(), "billing", 100)
+		dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
 		require.NoError(t, err)
 		clear(dead)
 		for _, d := range dls {

@@ -3,6 +3,7 @@ package inboxrabbit_test
 import (
 	"context"
 	"errors"
+	"github.com/txinbox/inbox/inboxtype"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -79,10 +80,10 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	}
 	var calls atomic.Int32
 	r := h.start(cfg, h.effectHandler(&calls), nil)
-	var ds []*inbox.DeadLetter
+	var ds []*inboxtype.DeadLetter
 	eventually(t, "the dead letter", func() bool {
 		var err error
-		ds, err = h.client.DeadLetters(context.Background(), "billing", 10)
+		ds, err = h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 		require.NoError(t, err)
 		return len(ds) == 1 && h.effectCount(good) == 1
 	})

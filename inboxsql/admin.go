@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // sqliteError is SQLite's generic SQLITE_ERROR, such as "no such table".
@@ -205,15 +206,15 @@ func execCount(ctx context.Context, q execQuerier, query string, args ...any) (i
 // index in the dbstat table on SQLite (-1 if the build lacks it); InnoDB's
 // estimate of data and index length on MySQL, which lags behind recent
 // writes until InnoDB refreshes its statistics.
-func (d *Driver) Stats(ctx context.Context) (*inboxdriver.Stats, error) {
+func (d *Driver) Stats(ctx context.Context) (*inboxtype.Stats, error) {
 	rows, err := d.db.QueryContext(ctx, d.q.stats)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	s := &inboxdriver.Stats{}
+	s := &inboxtype.Stats{}
 	for rows.Next() {
-		var c inboxdriver.ConsumerStats
+		var c inboxtype.ConsumerStats
 		if err := rows.Scan(&c.Consumer, &c.Rows, d.timeScanner(&c.Oldest), d.timeScanner(&c.Newest)); err != nil {
 			return nil, err
 		}

@@ -13,6 +13,54 @@ import (
 // well under the 65,535 placeholders of a prepared statement.
 const maxMariaDBBatch = 500
 
+// Claims.
+//
+// The claim is the first statement of the message's transaction:
+//
+//   - SQLite and Postgres: INSERT … ON CONFLICT DO NOTHING RETURNING. A
+//     batch is one statement over json_each (SQLite) or unnest (Postgres).
+//   - MySQL and MariaDB: a plain INSERT, whose duplicate-key error (1062)
+//     means the row exists. It is not INSERT IGNORE, which would also turn
+//     a truncated or converted value into a warning and claim a different
+//     id than the one asked for. MariaDB checks each RETURNING row against
+//     the id it asked for besides.
+//   - MariaDB batch: INSERT IGNORE … RETURNING, which returns exactly the
+//     rows it inserted. Every returned row must be an id that was asked for,
+//     and every id that was not returned must be found, exactly, as an
+//     existing row (a locking read, only when there were duplicates);
+//     otherwise the claim fails and rolls back. So a warning that IGNORE
+//     swallowed can never pass for a claim or for a duplicate.
+//   - MySQL batch: one plain INSERT per id, in the same transaction, since
+//     MySQL has no RETURNING and affected rows alone cannot say which ids
+//     were new.
+//
+// Concurrent duplicates.
+//
+//
+// A second delivery of a message whose first delivery is still in flight:
+//
+//   - Postgres, MySQL and MariaDB: the second claim waits on the first
+//     transaction's uncommitted row (the unique key is the lock), then is a
+//     Duplicate when the first commits, or claims and applies when the first
+//     rolls back. The client's LockTimeout bounds the wait; past it the claim
+//     fails with inbox.ErrLockTimeout and the message is retried later. On
+//     Postgres the bound is lock_timeout, set for the claim only. On MariaDB
+//     it is innodb_lock_wait_timeout, set for the claim statement alone
+//     (SET STATEMENT … FOR); on MySQL it is set around the claim and
+//     restored. Both count whole seconds: a LockTimeout under a second waits
+//     one second. A deadlock (1213) is retried by the client as a conflict.
+//   - SQLite: writers are serialised by the database's single write lock,
+//     so the second delivery waits for the write lock, whoever holds it,
+//     with SQLite's busy handler, and then finds the row and is a
+//     Duplicate, or claims it when the first rolled back. The wait is
+//     bounded by LockTimeout, applied as the connection's busy_timeout for
+//     the BEGIN and the claim only (and restored after); past it the claim
+//     fails with inbox.ErrLockTimeout. With no LockTimeout the connection's
+//     own busy_timeout bounds the wait, and a busy error (SQLITE_BUSY) is a
+//     conflict that the client retries, with backoff, from the BEGIN.
+//     Because the lock is database-wide, on SQLite a LockTimeout also runs
+//     out behind a long transaction of another message: keep handlers short.
+
 // claim claims id for consumer in tx. bounded reports that the lock wait is
 // already bounded by lockTimeout, through SQLite's busy timeout.
 func (d *Driver) claim(ctx context.Context, tx *sql.Tx, consumer, id string, lockTimeout time.Duration, bounded bool) (bool, error) {

@@ -13,6 +13,18 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
+// Errors.
+//
+// [Driver.Classify] maps the engine's errors for the client:
+// serialization failures, deadlocks and SQLITE_BUSY are conflicts, retried
+// from the claim; lock-wait timeouts are inbox.ErrLockTimeout; a broken
+// connection, a server shutting down, read-only, or refusing connections
+// (whatever the reason it gives: MySQL 1044, 1045, 1049; a Postgres
+// SQLSTATE in a connect error), and an unreadable SQLite file are
+// inbox.ErrUnavailable, never a reason to dead-letter; a missing privilege
+// is inbox.ErrPermissionDenied. [Driver.TxBroken] tells a handler's own
+// io.EOF or net.Error, which is the message's, from a lost connection.
+
 // Classify implements inboxdriver.Admin.
 func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	if err == nil {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // maxMySQLDedupKey is the length, in characters, of the MySQL dedup_key
@@ -19,7 +20,7 @@ import (
 const maxMySQLDedupKey = 512
 
 // DeadLetter implements inboxdriver.Admin.
-func (d *Driver) DeadLetter(ctx context.Context, dl *inboxdriver.DeadLetter) error {
+func (d *Driver) DeadLetter(ctx context.Context, dl *inboxtype.DeadLetter) error {
 	headers := dl.Headers
 	if headers == nil {
 		headers = map[string]string{}
@@ -61,7 +62,7 @@ func (d *Driver) dedupKey(key string) string {
 }
 
 // DeadLetters implements inboxdriver.Admin.
-func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxdriver.DeadLetter, error) {
+func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	var rows *sql.Rows
 	var err error
 	if p.Consumer == "" {
@@ -73,7 +74,7 @@ func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListP
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*inboxdriver.DeadLetter
+	var out []*inboxtype.DeadLetter
 	for rows.Next() {
 		dl, err := d.scanDeadLetter(rows)
 		if err != nil {
@@ -85,7 +86,7 @@ func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListP
 }
 
 // DeadLetterGet implements inboxdriver.Admin.
-func (d *Driver) DeadLetterGet(ctx context.Context, id int64) (*inboxdriver.DeadLetter, error) {
+func (d *Driver) DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
 	dl, err := d.scanDeadLetter(d.db.QueryRowContext(ctx, d.q.deadLetterGet, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("dead letter %d: %w", id, inboxdriver.ErrNotFound)
@@ -103,8 +104,8 @@ func (d *Driver) DeadLetterDelete(ctx context.Context, id int64) (bool, error) {
 	return n > 0, err
 }
 
-func (d *Driver) scanDeadLetter(row interface{ Scan(dest ...any) error }) (*inboxdriver.DeadLetter, error) {
-	var dl inboxdriver.DeadLetter
+func (d *Driver) scanDeadLetter(row interface{ Scan(dest ...any) error }) (*inboxtype.DeadLetter, error) {
+	var dl inboxtype.DeadLetter
 	var messageID sql.NullString
 	var headers []byte
 	err := row.Scan(&dl.ID, &dl.Consumer, &dl.DedupKey, &messageID, &dl.Transport, &dl.Queue,

@@ -29,6 +29,22 @@ const (
 	MariaDB Dialect = "mariadb"
 )
 
+// Opening the database.
+//
+//   - SQLite: inboxsqlite.Open (see below) and inboxsqlite.Engine.
+//     Package inboxsqlite registers modernc.org/sqlite as "sqlite".
+//   - Postgres: inboxpostgres.Open(url), or stdlib.OpenDBFromPool over a
+//     pgx pool, and inboxpostgres.Engine. Package inboxpgx is the primary
+//     Postgres store: it sends the claim with the BEGIN in one round trip.
+//     Use this one where the application already speaks database/sql.
+//   - MySQL or MariaDB: sql.Open("mysql", dsn), with package inboxmysql
+//     imported, which registers go-sql-driver/mysql. Pass
+//     inboxmysql.MariaDB for a MariaDB server (10.5 or later),
+//     inboxmysql.MySQL otherwise. Times are stored in DATETIME(6) columns in
+//     UTC, and sent and read as text, so the DSN's parseTime and loc and
+//     the session's time_zone do not move them. The server must run in a
+//     strict sql_mode (the default since MySQL 5.7 and MariaDB 10.2.4).
+
 // Engine is what the store needs to know of a database/sql driver that
 // database/sql cannot tell it: the SQL dialect the database speaks, and
 // what the driver's own errors mean. Each engine package provides one and
@@ -80,7 +96,7 @@ type Config struct {
 
 	// EffectsDB is, on SQLite only, a second database, in a file of its
 	// own, that holds the effects ledger of inbox.Client.Effect, migrated
-	// like the first (see "Effects ledger" in the package documentation).
+	// like the first (see ErrLedgerLocked).
 	// SQLite has one writer per database file, and a handler's transaction
 	// holds that file's write lock until it ends: only a ledger in another
 	// file can record a step while a handler runs. Open it with inboxsqlite.Open
@@ -107,7 +123,7 @@ type Driver struct {
 	effectsDB *sql.DB
 
 	// open holds, on SQLite with the ledger in the inbox's own file, the
-	// transactions that BeginClaim and BeginClaimBatch began and that have
+	// transactions that BeginClaim began and that have
 	// not ended; openN counts them. While one is open it holds the write
 	// lock, and a ledger write fails fast (ErrLedgerLocked).
 	open  sync.Map // *sql.Tx -> struct{}
@@ -199,27 +215,12 @@ func (d *Driver) Dialect() inboxdriver.Dialect { return d.dialect.schema() }
 // Tables implements inboxdriver.Admin.
 func (d *Driver) Tables() inboxdriver.Tables { return d.tables }
 
-// BeginClaim implements inboxdriver.Driver.
-func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*sql.Tx, bool, error) {
-	var claimed bool
-	tx, err := d.begin(ctx, p.LockTimeout, func(tx *sql.Tx, bounded bool) error {
-		var err error
-		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, bounded)
-		return err
-	})
-	if err != nil {
-		return nil, false, d.claimError(ctx, []string{p.ID}, err)
-	}
-	d.track(tx)
-	return tx, claimed, nil
-}
-
-// BeginClaimBatch implements inboxdriver.Driver.
-func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (*sql.Tx, []bool, error) {
+// BeginClaim implements inboxdriver.Driver. It never defers the claim.
+func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*sql.Tx, []bool, error) {
 	var claimed []bool
 	tx, err := d.begin(ctx, p.LockTimeout, func(tx *sql.Tx, bounded bool) error {
 		var err error
-		claimed, err = d.claimBatch(ctx, tx, p.Consumer, p.IDs, p.LockTimeout, bounded)
+		claimed, err = d.claimIDs(ctx, tx, p, bounded)
 		return err
 	})
 	if err != nil {
@@ -230,20 +231,33 @@ func (d *Driver) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchP
 }
 
 // Claim implements inboxdriver.Driver, inside the caller's transaction.
-func (d *Driver) Claim(ctx context.Context, tx *sql.Tx, p *inboxdriver.ClaimParams) (bool, error) {
+func (d *Driver) Claim(ctx context.Context, tx *sql.Tx, p *inboxdriver.ClaimParams) ([]bool, error) {
 	if d.dialect != SQLite || p.LockTimeout <= 0 {
-		claimed, err := d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, false)
-		return claimed, d.claimError(ctx, []string{p.ID}, err)
+		claimed, err := d.claimIDs(ctx, tx, p, false)
+		return claimed, d.claimError(ctx, p.IDs, err)
 	}
 	// The caller's transaction may have begun DEFERRED, in which case the
 	// claim is what waits for the write lock: bound that wait.
-	var claimed bool
+	var claimed []bool
 	err := withBusyTimeout(ctx, tx, p.LockTimeout, func() error {
 		var err error
-		claimed, err = d.claim(ctx, tx, p.Consumer, p.ID, p.LockTimeout, true)
+		claimed, err = d.claimIDs(ctx, tx, p, true)
 		return err
 	})
 	return claimed, err
+}
+
+// claimIDs claims p.IDs in tx: one id with the one-row claim, many with
+// the batch claim.
+func (d *Driver) claimIDs(ctx context.Context, tx *sql.Tx, p *inboxdriver.ClaimParams, bounded bool) ([]bool, error) {
+	if len(p.IDs) != 1 {
+		return d.claimBatch(ctx, tx, p.Consumer, p.IDs, p.LockTimeout, bounded)
+	}
+	claimed, err := d.claim(ctx, tx, p.Consumer, p.IDs[0], p.LockTimeout, bounded)
+	if err != nil {
+		return nil, err
+	}
+	return []bool{claimed}, nil
 }
 
 // begin begins a transaction and runs claim in it. bounded tells claim

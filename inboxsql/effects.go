@@ -8,9 +8,71 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.EffectStore = (*Driver)(nil)
+
+// The effects ledger.
+//
+// The Driver keeps the ledger of inbox.Client.Effect (it implements
+// inboxdriver.EffectStore) in the table that inboxmigrate creates beside
+// the inbox, Tables.Effects. Each ledger write is its own short statement
+// or transaction, committed outside the message's transaction, so it
+// survives that transaction's rollback; it runs on another connection of
+// the pool, so give the pool more connections than the handlers that run
+// at once. A step seen before is locked while it is read and restarted:
+// SELECT … FOR UPDATE on Postgres and MySQL, the write lock on SQLite.
+// [Driver.PurgeBatch] deletes the ledger entries of the messages it
+// purges, and [Driver.Forget] those of the message it forgets.
+//
+// On Postgres, MySQL and MariaDB that is all. SQLite has one writer per
+// database file, and a message's transaction holds the write lock from its
+// claim until it ends, so a ledger write made from the handler, in the same
+// file, waits for a lock that its own caller holds. It cannot succeed: it
+// would wait until the busy timeout and fail with SQLITE_BUSY, which the
+// client takes for a conflict and retries, waiting again each time; with a
+// pool of one connection, which the handler's transaction holds, it would
+// wait for a connection for as long as its context lets it.
+//
+// So on SQLite, give the ledger a database file of its own with
+// Config.EffectsDB. Open it with inboxsqlite.Open and migrate it like the inbox's:
+// it is a store of its own, of which only the ledger table is used. Point
+// the inbox command at it to list stuck steps (inbox stats).
+//
+//	db, err := inboxsqlite.Open("inbox.db")
+//	if err != nil { ... }
+//	effects, err := inboxsqlite.Open("inbox-effects.db")
+//	if err != nil { ... }
+//	ld, err := inboxsql.New(effects, inboxsqlite.Engine, nil)
+//	if err != nil { ... }
+//	// Migrate ld with inboxmigrate, as d.
+//	d, err := inboxsql.New(db, inboxsqlite.Engine, &inboxsql.Config{EffectsDB: effects})
+//
+// The ledger's writes then take the other file's write lock, which no
+// message transaction holds. The two files do not commit together:
+// PurgeBatch and Forget delete the ledger entries first, then the inbox
+// rows, so a crash in between leaves inbox rows whose entries are gone.
+// Those messages are still Duplicates, and the next purge, or Forget run
+// again, deletes the rows.
+//
+// Without Config.EffectsDB, the default, the ledger is in the inbox's file,
+// and a ledger write of Effect fails at once with [ErrLedgerLocked] while a
+// message transaction that this Driver began is open: always inside a
+// handler of Process or ProcessBatch, and also when Effect is called
+// outside a handler while another goroutine's message is in flight. There
+// Effect works only while no message transaction is open, such as before
+// the transaction that the caller runs with ClaimTx. ErrLedgerLocked is
+// retryable, and a failure of the inbox's own work (the ledger), so never
+// the message's: a transport adapter pauses and retries it, and logs the
+// outage, until the ledger has a file of its own. The Driver cannot see a transaction that the caller began for
+// ClaimTx: Effect inside one waits for the busy timeout and fails with a
+// conflict whose message says why, or, with a pool of one connection,
+// fails with ErrLedgerLocked when no connection has freed up within
+// DefaultSQLiteBusyTimeout.
+//
+// inbox.Admin.ResolveEffect, an operator's write, waits for the write lock
+// like any other writer.
 
 // ErrLedgerLocked is returned, on SQLite with the effects ledger in the
 // inbox's own database file (Config.EffectsDB nil), by the ledger writes of
@@ -61,7 +123,7 @@ func (d *Driver) ledgerWriter(ctx context.Context) (ledgerDB, func(), error) {
 
 // ledgerErr explains a busy error of a ledger write on SQLite with the
 // ledger in the inbox's own file: a transaction the Driver did not begin,
-// such as the caller's around ProcessTx, may hold the write lock for good.
+// such as the caller's around ClaimTx, may hold the write lock for good.
 // The error keeps its class (a conflict).
 func (d *Driver) ledgerErr(err error) error {
 	if err == nil || d.dialect != SQLite || d.effectsDB != nil {
@@ -69,7 +131,7 @@ func (d *Driver) ledgerErr(err error) error {
 	}
 	if code, ok := sqliteCode(err); ok && code&0xff == sqliteBusy {
 		return fmt.Errorf("inboxsql: the effects ledger waited for SQLite's write lock until the busy timeout; "+
-			"if the caller holds a write transaction on the same file, as around ProcessTx, the lock never frees: "+
+			"if the caller holds a write transaction on the same file, as around ClaimTx, the lock never frees: "+
 			"set Config.EffectsDB to give the ledger a file of its own: %w", err)
 	}
 	return err
@@ -79,7 +141,7 @@ func (d *Driver) ledgerErr(err error) error {
 // INSERT; a step seen before is locked (FOR UPDATE, or SQLite's write
 // lock), read and, if it may start again, updated in one short
 // transaction.
-func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginParams) (*inboxtype.EffectEntry, bool, error) {
 	db, release, err := d.ledgerWriter(ctx)
 	if err != nil {
 		return nil, false, err
@@ -91,9 +153,9 @@ func (d *Driver) EffectBegin(ctx context.Context, p *inboxdriver.EffectBeginPara
 			return nil, false, d.ledgerErr(err)
 		}
 		if inserted {
-			return &inboxdriver.EffectEntry{
+			return &inboxtype.EffectEntry{
 				Consumer: p.Consumer, MessageID: p.ID, Step: p.Step,
-				State: inboxdriver.EffectStarted, Attempts: 1, StartedAt: p.Now,
+				State: inboxtype.EffectStarted, Attempts: 1, StartedAt: p.Now,
 			}, true, nil
 		}
 		e, started, err := d.effectRestart(ctx, db, p)
@@ -125,9 +187,9 @@ func (d *Driver) effectInsert(ctx context.Context, db ledgerDB, p *inboxdriver.E
 
 // effectRestart locks and reads an existing entry and restarts it if it may
 // be called again. It returns a nil entry when there is none.
-func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (*inboxdriver.EffectEntry, bool, error) {
+func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.EffectBeginParams) (*inboxtype.EffectEntry, bool, error) {
 	var (
-		e       *inboxdriver.EffectEntry
+		e       *inboxtype.EffectEntry
 		started bool
 	)
 	err := inTx(ctx, db, func(tx *sql.Tx) error {
@@ -140,14 +202,14 @@ func (d *Driver) effectRestart(ctx context.Context, db ledgerDB, p *inboxdriver.
 		if err != nil {
 			return err
 		}
-		started = e.State == inboxdriver.EffectFailed || (e.State == inboxdriver.EffectStarted && p.RetryStarted)
+		started = e.State == inboxtype.EffectFailed || (e.State == inboxtype.EffectStarted && p.RetryStarted)
 		if !started {
 			return nil
 		}
 		if _, err := tx.ExecContext(ctx, d.q.effectRestart, d.timeArg(p.Now), p.Consumer, p.ID, p.Step); err != nil {
 			return err
 		}
-		e.State, e.StartedAt, e.Result, e.DoneAt = inboxdriver.EffectStarted, p.Now, nil, time.Time{}
+		e.State, e.StartedAt, e.Result, e.DoneAt = inboxtype.EffectStarted, p.Now, nil, time.Time{}
 		e.Attempts++
 		return nil
 	})
@@ -187,7 +249,7 @@ func (d *Driver) effectUpdate(ctx context.Context, query string, args ...any) (b
 // like any other writer.
 func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolveParams) (bool, error) {
 	var result, doneAt any
-	if p.State == inboxdriver.EffectDone {
+	if p.State == inboxtype.EffectDone {
 		result, doneAt = p.Result, d.timeArg(p.Now)
 	}
 	n, err := execCount(ctx, d.EffectsDB(), d.q.effectResolve, string(p.State), result, doneAt, p.Consumer, p.ID, p.Step)
@@ -198,7 +260,7 @@ func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolve
 }
 
 // EffectList implements inboxdriver.EffectStore.
-func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxdriver.EffectEntry, error) {
+func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	var before any
 	if !p.StartedBefore.IsZero() {
 		before = d.timeArg(p.StartedBefore)
@@ -209,7 +271,7 @@ func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*inboxdriver.EffectEntry
+	var out []*inboxtype.EffectEntry
 	for rows.Next() {
 		e, err := d.scanEffect(rows)
 		if err != nil {
@@ -221,9 +283,9 @@ func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams
 }
 
 // scanEffect reads the columns of queries.effectCols.
-func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxdriver.EffectEntry, error) {
+func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxtype.EffectEntry, error) {
 	var (
-		e     inboxdriver.EffectEntry
+		e     inboxtype.EffectEntry
 		state string
 	)
 	err := row.Scan(&e.Consumer, &e.MessageID, &e.Step, &state, &e.Result, &e.Attempts,
@@ -231,6 +293,6 @@ func (d *Driver) scanEffect(row interface{ Scan(dest ...any) error }) (*inboxdri
 	if err != nil {
 		return nil, err
 	}
-	e.State = inboxdriver.EffectState(state)
+	e.State = inboxtype.EffectState(state)
 	return &e, nil
 }

@@ -14,7 +14,7 @@ import (
 // WithLock implements inboxdriver.Admin: a session advisory lock on
 // Postgres, a named lock (GET_LOCK) on MySQL, held on one connection while
 // fn runs. SQLite has neither: there the lock is held within this Driver's
-// process only (see the package documentation).
+// process only (see the notes on SQLite in sqlite.go).
 func (d *Driver) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (bool, error) {
 	if d.dialect == SQLite {
 		d.locksMu.Lock()

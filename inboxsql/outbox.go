@@ -111,6 +111,17 @@ func (d *Driver) OutboxBegin(ctx context.Context) (*sql.Tx, error) {
 	return d.db.BeginTx(ctx, d.txOptions)
 }
 
+// The outbox.
+//
+// The Driver keeps the producer's outbox (package outbox): it implements
+// inboxdriver.OutboxStore. An enqueue is one multi-row INSERT (up to 1,000
+// events a statement), in ordered mode after one upsert of the keys'
+// sequences (on MySQL, an upsert and a locking read). A relay's claim is a
+// short transaction: FOR UPDATE SKIP LOCKED on Postgres, MySQL and
+// MariaDB (at read committed on MySQL, whose gap locks would otherwise
+// deadlock two claims), and the write lock on SQLite, which serialises
+// claims. Any number of relays may run on each engine.
+
 // OutboxEnqueue implements inboxdriver.OutboxStore: one multi-row INSERT
 // for up to maxEnqueueRows rows. In ordered mode one upsert first takes
 // the sequence numbers of every key of the enqueue (on MySQL, an upsert and

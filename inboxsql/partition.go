@@ -5,6 +5,7 @@ import (
 	"database/sql"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/pgpartition"
 )
 
@@ -27,7 +28,7 @@ func (d *Driver) PartitionConfig() inboxdriver.PartitionConfig {
 }
 
 // Partitions implements inboxdriver.Partitioner, on Postgres.
-func (d *Driver) Partitions(ctx context.Context) (*inboxdriver.PartitionState, error) {
+func (d *Driver) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {
 	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}
@@ -35,7 +36,7 @@ func (d *Driver) Partitions(ctx context.Context) (*inboxdriver.PartitionState, e
 }
 
 // MaintainPartitions implements inboxdriver.Partitioner, on Postgres.
-func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxdriver.PartitionReport, error) {
+func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
 	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}
@@ -46,7 +47,7 @@ var _ inboxdriver.Adopter = (*Driver)(nil)
 
 // AdoptPlainInbox implements inboxdriver.Adopter, on Postgres: the store's
 // Tables.Layout is partitioned, and its inbox table still the plain one.
-func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxdriver.AdoptReport, error) {
+func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
 	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}

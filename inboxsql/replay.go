@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.ReplayStore = (*Driver)(nil)
@@ -22,13 +23,13 @@ func (d *Driver) DeadLetterMarkReplay(ctx context.Context, p *inboxdriver.DeadLe
 }
 
 // DeadLettersMarked implements inboxdriver.ReplayStore.
-func (d *Driver) DeadLettersMarked(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxdriver.DeadLetter, error) {
+func (d *Driver) DeadLettersMarked(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	rows, err := d.db.QueryContext(ctx, d.q.deadLettersMarked, p.Consumer, p.Limit)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*inboxdriver.DeadLetter
+	var out []*inboxtype.DeadLetter
 	for rows.Next() {
 		dl, err := d.scanDeadLetter(rows)
 		if err != nil {

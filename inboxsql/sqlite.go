@@ -50,6 +50,25 @@ func sqliteLockWait(err error, timeout time.Duration) error {
 	return err
 }
 
+// SQLite.
+//
+// inboxsqlite.Open opens a database file the way this store expects: WAL mode,
+// so that readers do not block the writer; a busy timeout, so that a writer
+// waits for the write lock instead of failing at once; synchronous=FULL,
+// so that a commit is durable before the message is acked; and BEGIN
+// IMMEDIATE for every read-write transaction, so that a transaction takes
+// the write lock at its start. A transaction that began DEFERRED, read, and
+// then tried to write would fail with SQLITE_BUSY_SNAPSHOT without waiting,
+// whenever another connection wrote in between. If you open the database
+// yourself, use the same settings.
+//
+// SQLite has no advisory locks. The lock that picks one cleaner
+// (inbox.Admin.RunCleaner) is held within the Driver's process only; two
+// processes may each purge at once, which is harmless: every purge batch is
+// a short write transaction, and the write lock serialises them. Migrations
+// run inside one BEGIN IMMEDIATE transaction, which excludes every other
+// migrator, in any process.
+
 // beginSQLite begins a transaction whose wait for the write lock, in its
 // BEGIN IMMEDIATE or else in its claim, is bounded by lockTimeout: on one
 // pinned connection, it sets busy_timeout to lockTimeout, begins, claims,

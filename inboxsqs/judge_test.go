@@ -36,7 +36,7 @@ func TestKeyFuncErrorIsMalformedID(t *testing.T) {
 	h.waitDeleted(bad)
 	h.waitDrained(q)
 	require.Equal(t, 1, h.effectCount(good))
-	ds, err := h.client.DeadLetters(context.Background(), "billing", 10)
+	ds, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 	require.Equal(t, inbox.ReasonMalformedID, ds[0].Reason)
@@ -106,7 +106,7 @@ func TestStreakBreakerBoundsDeadLetters(t *testing.T) {
 	eventually(t, "the streak breaker to open and a probe to fail", func() bool { return obs.pauses() >= 2 })
 	down.Store(false)
 	h.waitDrained(q)
-	ds, err := h.client.DeadLetters(context.Background(), "billing", 100)
+	ds, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(ds), 2, "at most StreakLimit-1 messages dead-lettered before the breaker opened")
 	dead := map[string]bool{}

@@ -218,7 +218,7 @@ func TestExactlyOnce(t *testing.T) {
 			require.Equal(t, 1, h.rec.deletes(mid), "%s deleted once", name)
 		}
 
-		dls, err := h.client.DeadLetters(context.Background(), "billing", 100)
+		dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
 		require.NoError(t, err)
 		reasons := map[string]string{}
 		for _, d := range dls {
@@ -368,7 +368,7 @@ func TestUnavailableIsNeverDeadLettered(t *testing.T) {
 	require.Equal(t, 2, h.rec.delivered(mid))
 	require.Contains(t, h.rec.visibilities(mid), int32(inboxsqs.DefaultRetryBackoff/time.Second), "a backoff visibility was set")
 	require.NotContains(t, h.rec.visibilities(mid), int32(0))
-	dls, err := h.client.DeadLetters(context.Background(), "billing", 10)
+	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, dls)
 	require.Equal(t, 1, h.effectCount(id))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Store is what the conformance suite needs of a store under test.
@@ -19,7 +20,7 @@ type Store[TTx any] struct {
 	// Driver is the store, over tables that no other test touches, already
 	// migrated.
 	Driver inboxdriver.Driver[TTx]
-	// Begin begins a transaction, as an application does before ProcessTx.
+	// Begin begins a transaction, as an application does before ClaimTx.
 	Begin func(ctx context.Context) (TTx, error)
 	// Effect applies the side effect of one message inside tx: it records
 	// one application of id for consumer in a table of its own.
@@ -386,7 +387,7 @@ func cases[TTx any]() []testCase[TTx] {
 			}
 		}},
 
-		{"ProcessTx", func(t *testing.T, x *suite[TTx]) {
+		{"ClaimTx", func(t *testing.T, x *suite[TTx]) {
 			c := x.client(nil)
 			id := NewID()
 			ctx := context.Background()
@@ -395,7 +396,7 @@ func cases[TTx any]() []testCase[TTx] {
 				if err != nil {
 					t.Fatal(err)
 				}
-				out, err := c.ProcessTx(ctx, tx, "billing", msg(id))
+				out, err := c.ClaimTx(ctx, tx, "billing", msg(id))
 				if err != nil {
 					t.Fatalf("delivery %d: %v", i, err)
 				}
@@ -412,6 +413,30 @@ func cases[TTx any]() []testCase[TTx] {
 				}
 			}
 			x.requireEffects("billing", id, 1)
+		}},
+
+		{"ErrorsSayOnceWhere", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			ctx := context.Background()
+			boom := inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error { return errors.New("boom") })
+			id := NewID()
+			_, err := c.Process(ctx, "billing", msg(id), boom)
+			requireEqual(t, "handler failure", fmt.Sprint(err), "inbox: handler billing/"+id+": boom")
+			requireEqual(t, "judged", inbox.Judge(err), inbox.FaultMessage)
+			ok, bad := NewID(), NewID()
+			poison := inbox.HandlerFunc[TTx](func(_ context.Context, _ TTx, m inbox.Message) error {
+				if m.ID == bad {
+					return inbox.Permanent(errors.New("bad payload"))
+				}
+				return nil
+			})
+			rs, err := c.ProcessBatch(ctx, "billing", []inbox.Message{msg(ok), msg(bad)}, poison)
+			if err != nil {
+				t.Fatal(err)
+			}
+			requireEqual(t, "batch-mate", rs[0].Err, nil)
+			requireEqual(t, "poison", fmt.Sprint(rs[1].Err), "inbox: handler billing/"+bad+": permanent: bad payload")
+			requireEqual(t, "poison judged", inbox.Judge(rs[1].Err), inbox.FaultPermanent)
 		}},
 
 		{"BatchDuplicatesInsideAndAcross", func(t *testing.T, x *suite[TTx]) {
@@ -795,12 +820,12 @@ func cases[TTx any]() []testCase[TTx] {
 			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: noID, Err: inbox.ErrNoMessageID, Attempts: 1}); err != nil {
 				t.Fatal(err)
 			}
-			list, err := c.DeadLetters(ctx, "billing", 10)
+			list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
 			requireEqual(t, "dead letters", len(list), 2)
-			var withID *inbox.DeadLetter
+			var withID *inboxtype.DeadLetter
 			for _, d := range list {
 				if d.MessageID != "" {
 					withID = d
@@ -814,7 +839,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if withID == nil {
 				t.Fatal("the dead letter with an id is missing")
 			}
-			got, err := c.DeadLetterGet(ctx, withID.ID)
+			got, err := c.GetDeadLetter(ctx, withID.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -830,15 +855,15 @@ func cases[TTx any]() []testCase[TTx] {
 			if got.LastSeen.Before(got.FirstSeen) || got.FirstSeen.IsZero() {
 				t.Fatalf("first seen %v, last seen %v", got.FirstSeen, got.LastSeen)
 			}
-			_, err = c.DeadLetters(ctx, "inventory", 10)
+			_, err = c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "inventory", Limit: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
 
 			h, cs := x.effect("billing")
-			RequireApplied(t)(c.ReplayDeadLetter(ctx, withID.ID, h))
+			RequireApplied(t)(c.ProcessDeadLetter(ctx, withID.ID, h))
 			requireEqual(t, "replay handler calls", len(cs.list()), 1)
-			_, err = c.DeadLetterGet(ctx, withID.ID)
+			_, err = c.GetDeadLetter(ctx, withID.ID)
 			requireErrorIs(t, err, inbox.ErrNotFound)
 			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
 			requireErrorIs(t, c.DeleteDeadLetter(ctx, withID.ID), inbox.ErrNotFound)
@@ -852,7 +877,7 @@ func cases[TTx any]() []testCase[TTx] {
 				if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errBoom, Attempts: 3}); err != nil {
 					t.Fatal(err)
 				}
-				list, err := c.DeadLetters(ctx, consumer, 100)
+				list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -869,15 +894,15 @@ func cases[TTx any]() []testCase[TTx] {
 			dNoID := deadLetter("billing", inbox.Message{Payload: []byte("?"), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}})
 			dOther := deadLetter("inventory", msg(id3))
 
-			marked, err := c.MarkDeadLetterForReplay(ctx, d1)
-			requireEqual(t, "first mark", marked, true)
+			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
+			requireEqual(t, "first mark", marked, int64(1))
 			requireEqual(t, "first mark error", err, nil)
-			marked, err = c.MarkDeadLetterForReplay(ctx, d1)
-			requireEqual(t, "second mark of the same", marked, false)
+			marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
+			requireEqual(t, "second mark of the same", marked, int64(0))
 			requireEqual(t, "second mark error", err, nil)
-			_, err = c.MarkDeadLetterForReplay(ctx, dNoID)
+			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dNoID})
 			requireErrorIs(t, err, inbox.ErrNoMessageID)
-			_, err = c.MarkDeadLetterForReplay(ctx, 1<<40)
+			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40})
 			requireErrorIs(t, err, inbox.ErrNotFound)
 
 			// Two concurrent marks of one dead letter: one marks it.
@@ -887,11 +912,11 @@ func cases[TTx any]() []testCase[TTx] {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ok, err := c.MarkDeadLetterForReplay(ctx, d2)
+					ok, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d2})
 					if err != nil {
 						t.Error(err)
 					}
-					if ok {
+					if ok > 0 {
 						wins.Add(1)
 					}
 				}()
@@ -900,11 +925,11 @@ func cases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "concurrent marks that marked", wins.Load(), 1)
 
 			// A consumer's replay replays its own dead letters, not billing's.
-			marked, err = c.MarkDeadLetterForReplay(ctx, dOther)
-			requireEqual(t, "mark inventory's", marked, true)
+			marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dOther})
+			requireEqual(t, "mark inventory's", marked, int64(1))
 			requireEqual(t, "mark inventory's error", err, nil)
 			hOther, csOther := x.effect("inventory")
-			rs, err := c.ReplayDeadLetters(ctx, "inventory", hOther)
+			rs, err := c.ProcessReplays(ctx, "inventory", hOther)
 			requireEqual(t, "inventory replay error", err, nil)
 			requireEqual(t, "inventory replays", len(rs), 1)
 			requireEqual(t, "inventory outcome", rs[0].Outcome, inbox.Applied)
@@ -916,7 +941,7 @@ func cases[TTx any]() []testCase[TTx] {
 			// for it.
 			h, cs := x.effect("billing")
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id2), h))
-			rs, err = c.ReplayDeadLetters(ctx, "billing", h)
+			rs, err = c.ProcessReplays(ctx, "billing", h)
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays", len(rs), 2)
 			got := map[string]inbox.Outcome{}
@@ -930,10 +955,10 @@ func cases[TTx any]() []testCase[TTx] {
 			x.requireEffects("billing", id2, 1)
 			requireEqual(t, "handler calls", len(cs.list()), 2)
 			for _, d := range []int64{d1, d2} {
-				_, err := c.DeadLetterGet(ctx, d)
+				_, err := c.GetDeadLetter(ctx, d)
 				requireErrorIs(t, err, inbox.ErrNotFound)
 			}
-			rs, err = c.ReplayDeadLetters(ctx, "billing", h)
+			rs, err = c.ProcessReplays(ctx, "billing", h)
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays once they are done", len(rs), 0)
 
@@ -941,16 +966,16 @@ func cases[TTx any]() []testCase[TTx] {
 			// the error and one more attempt, and is no longer marked.
 			id4 := NewID()
 			d4 := deadLetter("billing", msg(id4))
-			n, err := c.MarkDeadLettersForReplay(ctx, "billing")
+			n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
 			requireEqual(t, "mark all error", err, nil)
 			requireEqual(t, "marked of billing's (not the one without an id)", n, int64(1))
 			errAgain := errors.New("still declined")
 			failing := inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error { return errAgain })
-			rs, err = c.ReplayDeadLetters(ctx, "billing", failing)
+			rs, err = c.ProcessReplays(ctx, "billing", failing)
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays", len(rs), 1)
 			requireErrorIs(t, rs[0].Err, errAgain)
-			d, err := c.DeadLetterGet(ctx, d4)
+			d, err := c.GetDeadLetter(ctx, d4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -958,18 +983,18 @@ func cases[TTx any]() []testCase[TTx] {
 			if !strings.Contains(d.Error, "still declined") {
 				t.Fatalf("the dead letter's error is %q, want the replay's", d.Error)
 			}
-			rs, err = c.ReplayDeadLetters(ctx, "billing", failing)
+			rs, err = c.ProcessReplays(ctx, "billing", failing)
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays of an unmarked dead letter", len(rs), 0)
-			marked, err = c.MarkDeadLetterForReplay(ctx, d4)
-			requireEqual(t, "mark again", marked, true)
+			marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d4})
+			requireEqual(t, "mark again", marked, int64(1))
 			requireEqual(t, "mark again error", err, nil)
-			rs, err = c.ReplayDeadLetters(ctx, "billing", h)
+			rs, err = c.ProcessReplays(ctx, "billing", h)
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays", len(rs), 1)
 			requireEqual(t, "outcome", rs[0].Outcome, inbox.Applied)
 			x.requireEffects("billing", id4, 1)
-			_, err = c.ReplayDeadLetters(ctx, "bill\x00ing", h)
+			_, err = c.ProcessReplays(ctx, "bill\x00ing", h)
 			requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 		}},
 
@@ -982,7 +1007,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: msg(id), Err: errBoom, Attempts: 3}); err != nil {
 				t.Fatal(err)
 			}
-			n, err := c.MarkDeadLettersForReplay(ctx, "billing")
+			n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
 			requireEqual(t, "mark error", err, nil)
 			requireEqual(t, "marked", n, int64(1))
 			effect, cs := x.effect("billing")
@@ -1002,12 +1027,12 @@ func cases[TTx any]() []testCase[TTx] {
 			}
 			done := make(chan replay, 2)
 			go func() {
-				rs, err := c.ReplayDeadLetters(ctx, "billing", h)
+				rs, err := c.ProcessReplays(ctx, "billing", h)
 				done <- replay{rs, err}
 			}()
 			<-claimed // the first replay holds the claim, uncommitted
 			go func() {
-				rs, err := c.ReplayDeadLetters(ctx, "billing", h)
+				rs, err := c.ProcessReplays(ctx, "billing", h)
 				done <- replay{rs, err}
 			}()
 			x.awaitWaitingClaim(t)
@@ -1036,7 +1061,7 @@ func cases[TTx any]() []testCase[TTx] {
 			}
 			requireEqual(t, "handler calls", len(cs.list()), 1)
 			x.requireEffects("billing", id, 1)
-			list, err := c.DeadLetters(ctx, "billing", 10)
+			list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 			requireEqual(t, "list error", err, nil)
 			requireEqual(t, "dead letters left", len(list), 0)
 		}},
@@ -1072,17 +1097,12 @@ type countingDriver[TTx any] struct {
 	calls atomic.Int64
 }
 
-func (d *countingDriver[TTx]) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (TTx, bool, error) {
+func (d *countingDriver[TTx]) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (TTx, []bool, error) {
 	d.calls.Add(1)
 	return d.Driver.BeginClaim(ctx, p)
 }
 
-func (d *countingDriver[TTx]) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (TTx, []bool, error) {
-	d.calls.Add(1)
-	return d.Driver.BeginClaimBatch(ctx, p)
-}
-
-func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.ClaimParams) (bool, error) {
+func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.ClaimParams) ([]bool, error) {
 	d.calls.Add(1)
 	return d.Driver.Claim(ctx, tx, p)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // ExerciseEffects runs the conformance suite of the effects ledger
@@ -92,7 +93,7 @@ func (x *suite[TTx]) startStep(consumer, id, step string, at time.Time) {
 	requireEqual(x.t, "started a new step", started, true)
 }
 
-func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inbox.ListEffectsParams) []*inbox.EffectEntry {
+func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inbox.ListEffectsParams) []*inboxtype.EffectEntry {
 	x.t.Helper()
 	es, err := c.ListEffects(context.Background(), p)
 	if err != nil {
@@ -101,7 +102,7 @@ func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inbox.ListEffectsParams) []
 	return es
 }
 
-func (x *suite[TTx]) entry(c *inbox.Client[TTx], consumer, id, step string) *inbox.EffectEntry {
+func (x *suite[TTx]) entry(c *inbox.Client[TTx], consumer, id, step string) *inboxtype.EffectEntry {
 	x.t.Helper()
 	for _, e := range x.entries(c, inbox.ListEffectsParams{Consumer: consumer, MessageID: id}) {
 		if e.Step == step {
@@ -140,7 +141,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "results", strings.Join(results, ","), "result-1,result-1,result-2")
 			for _, step := range []string{"capture", "notify"} {
 				e := x.entry(c, "billing", id, step)
-				requireEqual(t, step+" state", e.State, inbox.EffectDone)
+				requireEqual(t, step+" state", e.State, inboxtype.EffectDone)
 				requireEqual(t, step+" attempts", e.Attempts, 1)
 				if e.DoneAt.IsZero() || e.StartedAt.IsZero() || e.DoneAt.Before(e.StartedAt) {
 					t.Fatalf("%s: started %v, done %v", step, e.StartedAt, e.DoneAt)
@@ -184,7 +185,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			requireKeys(t, r, inbox.EffectKey("billing", id, "capture"))
 			requireEqual(t, "result", last.Load(), any("result-1"))
 			e := x.entry(c, "billing", id, "capture")
-			requireEqual(t, "state", e.State, inbox.EffectDone)
+			requireEqual(t, "state", e.State, inboxtype.EffectDone)
 			requireEqual(t, "attempts", e.Attempts, 2)
 			requireEqual(t, "result", string(e.Result), "result-1")
 		}},
@@ -208,24 +209,24 @@ func effectCases[TTx any]() []testCase[TTx] {
 			requireKeys(t, r)
 			x.requireEffects("billing", id, 0)
 			e := x.entry(c, "billing", id, "capture")
-			requireEqual(t, "state", e.State, inbox.EffectStarted)
+			requireEqual(t, "state", e.State, inboxtype.EffectStarted)
 			requireEqual(t, "attempts", e.Attempts, 1)
 			if !e.StartedAt.Equal(started) {
 				t.Fatalf("started at %v, want %v", e.StartedAt, started)
 			}
 
 			// Stuck steps: started and not done, before a cutoff.
-			stuck := x.entries(c, inbox.ListEffectsParams{State: inbox.EffectStarted, StartedBefore: now.Add(-time.Minute)})
+			stuck := x.entries(c, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-time.Minute)})
 			requireEqual(t, "stuck steps", len(stuck), 1)
 			requireEqual(t, "stuck id", stuck[0].MessageID, id)
 			requireEqual(t, "stuck steps before the start", len(x.entries(c, inbox.ListEffectsParams{
-				State: inbox.EffectStarted, StartedBefore: started})), 0)
-			requireEqual(t, "done steps", len(x.entries(c, inbox.ListEffectsParams{State: inbox.EffectDone})), 0)
+				State: inboxtype.EffectStarted, StartedBefore: started})), 0)
+			requireEqual(t, "done steps", len(x.entries(c, inbox.ListEffectsParams{State: inboxtype.EffectDone})), 0)
 
 			// An operator finds the capture at the provider and settles the
 			// step as done, with the provider's result.
 			err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
-				Consumer: "billing", MessageID: strings.ToUpper(id), Step: "capture", State: inbox.EffectDone, Result: []byte("cap_42")})
+				Consumer: "billing", MessageID: strings.ToUpper(id), Step: "capture", State: inboxtype.EffectDone, Result: []byte("cap_42")})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -233,7 +234,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			requireKeys(t, r)
 			requireEqual(t, "result", last.Load(), any("cap_42"))
 			requireErrorIs(t, c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
-				Consumer: "billing", MessageID: id, Step: "capture", State: inbox.EffectFailed}), inbox.ErrNotFound)
+				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}), inbox.ErrNotFound)
 		}},
 
 		{"EffectResolvedFailedIsCalledAgain", func(t *testing.T, x *suite[TTx]) {
@@ -242,16 +243,16 @@ func effectCases[TTx any]() []testCase[TTx] {
 			id := NewID()
 			x.startStep("billing", id, "capture", time.Now())
 			if err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
-				Consumer: "billing", MessageID: id, Step: "capture", State: inbox.EffectFailed}); err != nil {
+				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}); err != nil {
 				t.Fatal(err)
 			}
-			requireEqual(t, "state", x.entry(c, "billing", id, "capture").State, inbox.EffectFailed)
+			requireEqual(t, "state", x.entry(c, "billing", id, "capture").State, inboxtype.EffectFailed)
 			h, _ := x.effectHandler(c, r, "capture", &inbox.EffectOpts{NonIdempotent: true}, "billing")
 			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 			requireKeys(t, r, inbox.EffectKey("billing", id, "capture"))
 			requireEqual(t, "attempts", x.entry(c, "billing", id, "capture").Attempts, 2)
 			err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
-				Consumer: "billing", MessageID: id, Step: "capture", State: inbox.EffectStarted})
+				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectStarted})
 			if err == nil || !strings.Contains(err.Error(), "State") {
 				t.Fatalf("resolving to started should be refused, naming the field: %v", err)
 			}
@@ -267,12 +268,12 @@ func effectCases[TTx any]() []testCase[TTx] {
 			if !inbox.IsRetryable(err) {
 				t.Fatalf("a failed call is retryable: %v", err)
 			}
-			requireEqual(t, "state", x.entry(c, "billing", id, "capture").State, inbox.EffectFailed)
+			requireEqual(t, "state", x.entry(c, "billing", id, "capture").State, inboxtype.EffectFailed)
 			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 			key := inbox.EffectKey("billing", id, "capture")
 			requireKeys(t, r, key, key)
 			e := x.entry(c, "billing", id, "capture")
-			requireEqual(t, "state", e.State, inbox.EffectDone)
+			requireEqual(t, "state", e.State, inboxtype.EffectDone)
 			requireEqual(t, "attempts", e.Attempts, 2)
 		}},
 
@@ -283,7 +284,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			h, _ := x.effectHandler(c, r, "capture", &inbox.EffectOpts{NonIdempotent: true}, "billing")
 			_, err := c.Process(context.Background(), "billing", msg(id), h)
 			requireErrorIs(t, err, errBoom)
-			requireEqual(t, "state", x.entry(c, "billing", id, "capture").State, inbox.EffectStarted)
+			requireEqual(t, "state", x.entry(c, "billing", id, "capture").State, inboxtype.EffectStarted)
 			_, err = c.Process(context.Background(), "billing", msg(id), h)
 			requireErrorIs(t, err, inbox.ErrUnknownOutcome)
 			requireKeys(t, r, inbox.EffectKey("billing", id, "capture"))
@@ -363,7 +364,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			requireErrorIs(t, err, inbox.ErrEffectsUnsupported)
 		}},
 
-		{"EffectWithProcessTx", func(t *testing.T, x *suite[TTx]) {
+		{"EffectWithClaimTx", func(t *testing.T, x *suite[TTx]) {
 			// With the caller's transaction, the caller names the consumer;
 			// a non-canonical id gets the canonical id's key.
 			c := x.client(nil)
@@ -375,9 +376,9 @@ func effectCases[TTx any]() []testCase[TTx] {
 				t.Fatal(err)
 			}
 			m := msg(strings.ToUpper(id))
-			out, err := c.ProcessTx(ctx, tx, "billing", m)
+			out, err := c.ClaimTx(ctx, tx, "billing", m)
 			if err != nil || out != inbox.Applied {
-				t.Fatalf("ProcessTx: %v, %v", out, err)
+				t.Fatalf("ClaimTx: %v, %v", out, err)
 			}
 			if _, err := c.Effect(inbox.WithConsumer(ctx, "billing"), m, "capture", r.call, nil); err != nil {
 				t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 
@@ -23,7 +24,7 @@ func (x *suite[TTx]) partitioned() bool {
 
 // maintain runs partition maintenance through c and fails the test on an
 // error.
-func maintain[TTx any](t *testing.T, c *inbox.Client[TTx], p inbox.MaintainPartitionsParams) *inbox.PartitionReport {
+func maintain[TTx any](t *testing.T, c *inbox.Client[TTx], p inbox.MaintainPartitionsParams) *inboxtype.PartitionReport {
 	t.Helper()
 	rep, err := c.MaintainPartitions(context.Background(), p)
 	if err != nil {
@@ -38,7 +39,7 @@ func maintain[TTx any](t *testing.T, c *inbox.Client[TTx], p inbox.MaintainParti
 // deadLetterAsAnAdapterDoes dead-letters a message that failed with a
 // permanent error, as every transport adapter does before it acks it, and
 // returns the stored dead letter.
-func (x *suite[TTx]) deadLetterAsAnAdapterDoes(t *testing.T, c *inbox.Client[TTx], consumer string, m inbox.Message, err error) *inbox.DeadLetter {
+func (x *suite[TTx]) deadLetterAsAnAdapterDoes(t *testing.T, c *inbox.Client[TTx], consumer string, m inbox.Message, err error) *inboxtype.DeadLetter {
 	t.Helper()
 	if !inbox.IsPermanent(err) {
 		t.Fatalf("want a permanent error, which adapters dead-letter at once, got %v", err)
@@ -47,7 +48,7 @@ func (x *suite[TTx]) deadLetterAsAnAdapterDoes(t *testing.T, c *inbox.Client[TTx
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: err, Attempts: 1}); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
-	list, lerr := c.DeadLetters(ctx, consumer, 100)
+	list, lerr := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
 	if lerr != nil {
 		t.Fatalf("DeadLetters: %v", lerr)
 	}
@@ -143,7 +144,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.ProcessTx(ctx, tx, "billing", old)
+			_, err = c.ClaimTx(ctx, tx, "billing", old)
 			_ = x.s.Driver.Rollback(ctx, tx)
 			requireErrorIs(t, err, inbox.ErrIDExpired)
 			x.requireEffects("billing", old.ID, 1)
@@ -220,7 +221,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 			// One maintainer at a time.
 			tables := x.s.Driver.Tables()
 			key := "inbox-partitions:" + tables.Schema + "." + tables.Inbox
-			var skipped *inbox.PartitionReport
+			var skipped *inboxtype.PartitionReport
 			ran, err := x.s.Driver.WithLock(ctx, key, func(ctx context.Context) error {
 				var err error
 				skipped, err = c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Premake: true, Drop: true})

@@ -89,7 +89,7 @@ func Example_sqliteEffects() {
 	fmt.Println("captures:", captures)
 	// Output:
 	// captured: cap_1
-	// error: inbox: process billing/0190a2b4-6f6e-7c3a-9d1e-5b2f3c4d5e6f: handler: the database write after the capture failed
+	// error: inbox: handler billing/0190a2b4-6f6e-7c3a-9d1e-5b2f3c4d5e6f: the database write after the capture failed
 	// captured: cap_1
 	// applied
 	// captures: 1

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -55,9 +56,9 @@ func (m *Maintainer) adoptKinds(ctx context.Context) (adoptKinds, error) {
 
 // Adopt moves a plain inbox to the partitioned layout (see the comment
 // above), under the maintainers' lock.
-func (m *Maintainer) Adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxdriver.AdoptReport, error) {
+func (m *Maintainer) Adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
 	params := p.WithDefaults()
-	var rep *inboxdriver.AdoptReport
+	var rep *inboxtype.AdoptReport
 	ran, err := m.db.WithLock(ctx, m.LockKey(), func(ctx context.Context) error {
 		var err error
 		rep, err = m.adopt(ctx, &params)
@@ -67,14 +68,14 @@ func (m *Maintainer) Adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 		return rep, err
 	}
 	if !ran {
-		return &inboxdriver.AdoptReport{Skipped: true}, nil
+		return &inboxtype.AdoptReport{Skipped: true}, nil
 	}
 	return rep, nil
 }
 
-func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxdriver.AdoptReport, error) {
+func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
 	frozen, adopting := inboxdriver.FrozenName(m.t.Inbox), inboxdriver.AdoptingName(m.t.Inbox)
-	rep := &inboxdriver.AdoptReport{Frozen: frozen}
+	rep := &inboxtype.AdoptReport{Frozen: frozen}
 	k, err := m.adoptKinds(ctx)
 	if err != nil {
 		return nil, err
@@ -214,14 +215,14 @@ func lockNotAvailable(err error) bool {
 }
 
 // frozenState reads the frozen plain table of an adopted inbox, or nil.
-func (m *Maintainer) frozenState(ctx context.Context) (*inboxdriver.FrozenInbox, error) {
-	var f *inboxdriver.FrozenInbox
+func (m *Maintainer) frozenState(ctx context.Context) (*inboxtype.FrozenInbox, error) {
+	var f *inboxtype.FrozenInbox
 	err := m.db.Query(ctx, `SELECT c.relname::text, c.reltuples::bigint, coalesce(pg_total_relation_size(c.oid), 0),
        EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = to_regclass($2) AND t.tgname = $3)
   FROM pg_class c WHERE c.oid = to_regclass($1) AND c.relkind = 'r'`,
 		[]any{m.qualify(inboxdriver.FrozenName(m.t.Inbox)), m.parent, inboxdriver.FrozenCheckName(m.t.Inbox)},
 		func(scan func(...any) error) error {
-			f = &inboxdriver.FrozenInbox{}
+			f = &inboxtype.FrozenInbox{}
 			return scan(&f.Name, &f.Rows, &f.Bytes, &f.Consulted)
 		})
 	return f, err
@@ -257,7 +258,7 @@ SELECT count(*) FROM c WHERE c.name IS NOT NULL AND EXISTS (
 // any of them is then refused as expired. The trigger goes first, under a
 // short lock timeout, since it takes the inbox's lock; then nothing reads
 // the frozen table, and dropping it stalls no claim.
-func (m *Maintainer) retireFrozen(ctx context.Context, f *inboxdriver.FrozenInbox, attached []inboxdriver.Partition, now time.Time, dryRun bool) (bool, error) {
+func (m *Maintainer) retireFrozen(ctx context.Context, f *inboxtype.FrozenInbox, attached []inboxtype.Partition, now time.Time, dryRun bool) (bool, error) {
 	if len(attached) > 0 {
 		inUse, err := m.frozenInUse(ctx, attached[0].From, now)
 		if err != nil || inUse {

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // DB is what maintenance needs of a Postgres store.
@@ -85,8 +86,8 @@ func (m *Maintainer) qualify(name string) string {
 var boundRE = regexp.MustCompile(`^FOR VALUES FROM \('([0-9a-f-]{36})'\) TO \('([0-9a-f-]{36})'\)$`)
 
 // State lists the partitions, on the database's clock.
-func (m *Maintainer) State(ctx context.Context) (*inboxdriver.PartitionState, error) {
-	st := &inboxdriver.PartitionState{}
+func (m *Maintainer) State(ctx context.Context) (*inboxtype.PartitionState, error) {
+	st := &inboxtype.PartitionState{}
 	var kind string
 	var version int
 	found := false
@@ -113,7 +114,7 @@ func (m *Maintainer) State(ctx context.Context) (*inboxdriver.PartitionState, er
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
  WHERE i.inhparent = to_regclass($1)
  ORDER BY c.relname`, []any{m.parent}, func(scan func(...any) error) error {
-		var p inboxdriver.Partition
+		var p inboxtype.Partition
 		var bound string
 		if err := scan(&p.Name, &bound, &p.DetachPending, &p.Rows, &p.Bytes); err != nil {
 			return err
@@ -145,7 +146,7 @@ func (m *Maintainer) State(ctx context.Context) (*inboxdriver.PartitionState, er
    AND length(c.relname) = length($2) + 10 AND left(c.relname, length($2) + 2) = $2 || '_p'
    AND right(c.relname, 8) ~ '^[0-9]{8}$'
  ORDER BY c.relname`, []any{m.parent, m.t.Inbox}, func(scan func(...any) error) error {
-		var p inboxdriver.Partition
+		var p inboxtype.Partition
 		if err := scan(&p.Name, &p.Rows, &p.Bytes); err != nil {
 			return err
 		}
@@ -166,7 +167,7 @@ func (m *Maintainer) State(ctx context.Context) (*inboxdriver.PartitionState, er
 	return st, nil
 }
 
-func sortPartitions(ps []inboxdriver.Partition) {
+func sortPartitions(ps []inboxtype.Partition) {
 	for i := 1; i < len(ps); i++ {
 		for j := i; j > 0 && ps[j].From.Before(ps[j-1].From); j-- {
 			ps[j], ps[j-1] = ps[j-1], ps[j]
@@ -180,11 +181,11 @@ func (m *Maintainer) LockKey() string {
 }
 
 // Maintain runs maintenance as p says, under the maintainers' lock.
-func (m *Maintainer) Maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxdriver.PartitionReport, error) {
+func (m *Maintainer) Maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
 	if p.Drop && p.Retention <= 0 {
 		return nil, fmt.Errorf("inbox: partition maintenance: Retention must be positive to drop partitions, got %v", p.Retention)
 	}
-	var rep *inboxdriver.PartitionReport
+	var rep *inboxtype.PartitionReport
 	ran, err := m.db.WithLock(ctx, m.LockKey(), func(ctx context.Context) error {
 		var err error
 		rep, err = m.maintain(ctx, p)
@@ -194,24 +195,24 @@ func (m *Maintainer) Maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 		return rep, err
 	}
 	if !ran {
-		return &inboxdriver.PartitionReport{Skipped: true}, nil
+		return &inboxtype.PartitionReport{Skipped: true}, nil
 	}
 	return rep, nil
 }
 
-func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxdriver.PartitionReport, error) {
+func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
 	st, err := m.State(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep := &inboxdriver.PartitionReport{Now: st.Now, State: st}
+	rep := &inboxtype.PartitionReport{Now: st.Now, State: st}
 	var cutoff time.Time
 	if p.Drop {
 		cutoff = st.Now.Add(-p.Retention)
 	}
-	expired := func(part inboxdriver.Partition) bool { return p.Drop && !part.To.After(cutoff) }
+	expired := func(part inboxtype.Partition) bool { return p.Drop && !part.To.After(cutoff) }
 
-	var live []inboxdriver.Partition
+	var live []inboxtype.Partition
 	for _, part := range st.Partitions {
 		if !part.DetachPending {
 			live = append(live, part)
@@ -234,7 +235,7 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 			if n == inboxdriver.MaxPartitionsPerRun {
 				return rep, fmt.Errorf("inbox: partition maintenance stopped after making %d partitions, up to %s: run it again", n, d.Format(time.DateOnly))
 			}
-			part := inboxdriver.Partition{Name: m.name(d), From: d, To: d.Add(day)}
+			part := inboxtype.Partition{Name: m.name(d), From: d, To: d.Add(day)}
 			if !p.DryRun {
 				if err := m.create(ctx, part); err != nil {
 					return rep, err
@@ -246,8 +247,8 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 	// Finish the detaches an earlier run left pending: a pending partition
 	// takes no rows, and the parent cannot detach another concurrently
 	// until it is finished.
-	detached := append([]inboxdriver.Partition(nil), st.Detached...)
-	var attached []inboxdriver.Partition
+	detached := append([]inboxtype.Partition(nil), st.Detached...)
+	var attached []inboxtype.Partition
 	for _, part := range st.Partitions {
 		if !part.DetachPending {
 			attached = append(attached, part)
@@ -331,7 +332,7 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 // create makes one partition: a table like the parent, then attached, in
 // one transaction. The parent's indexes are built on the new, empty table
 // as it is attached.
-func (m *Maintainer) create(ctx context.Context, part inboxdriver.Partition) error {
+func (m *Maintainer) create(ctx context.Context, part inboxtype.Partition) error {
 	q := m.qualify(part.Name)
 	err := m.db.Tx(ctx,
 		`SET LOCAL lock_timeout = '`+ddlLockTimeout+`'`,
@@ -346,7 +347,7 @@ func (m *Maintainer) create(ctx context.Context, part inboxdriver.Partition) err
 
 // drop drops a detached partition, and the effect-ledger entries of the
 // messages of its days, as Purge does with the rows it deletes.
-func (m *Maintainer) drop(ctx context.Context, part inboxdriver.Partition, dryRun bool) error {
+func (m *Maintainer) drop(ctx context.Context, part inboxtype.Partition, dryRun bool) error {
 	if dryRun {
 		return nil
 	}

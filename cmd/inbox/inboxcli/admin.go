@@ -58,13 +58,9 @@ func runAdmin(ctx context.Context, e *Env, args []string) error {
 	defer s.close()
 	cfg := idFormatFor(&sf)
 	cfg.ReplayHorizon, cfg.Retention = horizon.d, max(horizon.d, inbox.DefaultRetention)
-	o, err := s.newOps(cfg)
+	a, err := inbox.NewAdmin(s.admin, cfg)
 	if err != nil {
 		return err
-	}
-	store, ok := o.(adminClient)
-	if !ok {
-		return fmt.Errorf("the store at %s has no admin surface", s.where)
 	}
 	acfg := &inboxadmin.Config{
 		Prefix: *prefix, ReadOnly: *readOnly, ShowPayloads: *showPayloads, StuckAfter: stuckAfter.d,
@@ -73,10 +69,10 @@ func runAdmin(ctx context.Context, e *Env, args []string) error {
 	if *allowWrites {
 		acfg.Authorize = func(*http.Request, inboxadmin.Action) error { return nil }
 	}
-	if a, ok := s.admin.(inboxdriver.OutboxAdmin); ok {
-		acfg.Outbox = inboxadmin.OutboxOf(a, time.Now)
+	if oa, ok := s.admin.(inboxdriver.OutboxAdmin); ok {
+		acfg.Outbox = inboxadmin.OutboxOf(oa, time.Now)
 	}
-	h, err := inboxadmin.NewHandler(cliStore{c: store, partitioned: s.admin.Tables().Layout == inboxdriver.LayoutPartitioned}, acfg)
+	h, err := inboxadmin.NewHandler(inboxadmin.FromAdmin(a, s.admin.Tables().Layout == inboxdriver.LayoutPartitioned), acfg)
 	if err != nil {
 		return usagef("%v", err)
 	}
@@ -118,53 +114,4 @@ func loopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// adminClient is what the admin page uses of an inbox.Client, whatever its
-// transaction type.
-type adminClient interface {
-	ops
-	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
-}
-
-// cliStore adapts a client to inboxadmin.Store, as inboxadmin.FromClient
-// does for a client of a known type.
-type cliStore struct {
-	c           adminClient
-	partitioned bool
-}
-
-func (s cliStore) Stats(ctx context.Context) (*inbox.Stats, error) { return s.c.Stats(ctx) }
-func (s cliStore) ReplayHorizon() time.Duration                    { return s.c.Config().ReplayHorizon }
-func (s cliStore) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error) {
-	return s.c.DeadLetters(ctx, consumer, limit)
-}
-func (s cliStore) GetDeadLetter(ctx context.Context, id int64) (*inbox.DeadLetter, error) {
-	return s.c.DeadLetterGet(ctx, id)
-}
-func (s cliStore) DeleteDeadLetter(ctx context.Context, id int64) error {
-	return s.c.DeleteDeadLetter(ctx, id)
-}
-func (s cliStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
-	ok, err := s.c.MarkDeadLetterForReplay(ctx, id)
-	if errors.Is(err, inbox.ErrReplayUnsupported) {
-		err = errors.Join(inboxadmin.ErrUnsupported, err)
-	}
-	return ok, err
-}
-func (s cliStore) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inbox.EffectEntry, error) {
-	es, err := s.c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inbox.EffectStarted, StartedBefore: before, Limit: limit})
-	if errors.Is(err, inbox.ErrEffectsUnsupported) {
-		err = errors.Join(inboxadmin.ErrUnsupported, err)
-	}
-	return es, err
-}
-func (s cliStore) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
-	return s.c.ResolveEffect(ctx, p)
-}
-func (s cliStore) Partitions(ctx context.Context) (*inbox.PartitionState, error) {
-	if !s.partitioned {
-		return nil, nil
-	}
-	return s.c.Partitions(ctx)
 }

@@ -83,7 +83,7 @@ func TestAdminServes(t *testing.T) {
 	id := inboxtest.NewID()
 	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: id, Payload: []byte("secret")},
 		Err: inbox.Permanent(errors.New("declined")), Attempts: 1}))
-	ds, err := c.DeadLetters(ctx, "billing", 10)
+	ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 
@@ -131,7 +131,7 @@ func TestAdminServes(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("/ops/deadletters/%d?done=marked", ds[0].ID), resp.Header.Get("Location"))
 	// The application replays it: applied once.
 	applied := 0
-	res, err := c.ReplayDeadLetters(ctx, "billing", inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error {
+	res, err := c.ProcessReplays(ctx, "billing", inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error {
 		applied++
 		return nil
 	}))

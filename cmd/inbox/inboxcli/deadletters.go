@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 func runDeadLetters(ctx context.Context, e *Env, args []string) error {
@@ -42,8 +43,8 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 				return err
 			}
 		}
-		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
-			ds, err := c.DeadLetters(ctx, *consumer, *limit)
+		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+			ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: *consumer, Limit: *limit})
 			if err != nil {
 				return err
 			}
@@ -92,7 +93,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		if err != nil || id <= 0 {
 			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
-		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
 			if sub == "delete" {
 				if err := c.DeleteDeadLetter(ctx, id); err != nil {
 					return err
@@ -100,7 +101,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 				fmt.Fprintf(e.Stdout, "deleted dead letter %d\n", id)
 				return nil
 			}
-			d, err := c.DeadLetterGet(ctx, id)
+			d, err := c.GetDeadLetter(ctx, id)
 			if err != nil {
 				return err
 			}
@@ -128,7 +129,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 const replayNote = `A replay runs the consumer's handler, which only the application has. So
 'inbox deadletters replay' marks dead letters for replay, and the application
 replays the marked ones with its handler, exactly once each, when it calls
-inbox.Client.ReplayDeadLetters(ctx, consumer, handler): for instance on a
+inbox.Client.ProcessReplays(ctx, consumer, handler): for instance on a
 ticker beside its consumer. A message applied meanwhile is a duplicate, and
 its dead letter is deleted; one whose handler fails again stays, unmarked,
 with the new error.`
@@ -155,20 +156,20 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 		if err != nil || id <= 0 {
 			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
-		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
-			d, err := c.DeadLetterGet(ctx, id)
+		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+			d, err := c.GetDeadLetter(ctx, id)
 			if err != nil {
 				return err
 			}
-			marked, err := c.MarkDeadLetterForReplay(ctx, id)
+			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id})
 			if err != nil {
 				return err
 			}
-			if !marked {
-				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ReplayDeadLetters for %s replays it\n", id, d.Consumer)
+			if marked == 0 {
+				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, d.Consumer)
 				return nil
 			}
-			fmt.Fprintf(e.Stdout, "marked dead letter %d (%s, message %s) for replay: the next inbox.Client.ReplayDeadLetters for %s replays it with the handler\n",
+			fmt.Fprintf(e.Stdout, "marked dead letter %d (%s, message %s) for replay: the next inbox.Client.ProcessReplays for %s replays it with the handler\n",
 				id, d.Consumer, d.MessageID, d.Consumer)
 			return nil
 		})
@@ -182,12 +183,12 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 	if err := checkConsumer(*consumer); err != nil {
 		return err
 	}
-	return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
-		n, err := c.MarkDeadLettersForReplay(ctx, *consumer)
+	return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+		n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.Stdout, "marked %d dead letters of %s for replay: the next inbox.Client.ReplayDeadLetters for %s replays them with the handler\n", n, *consumer, *consumer)
+		fmt.Fprintf(e.Stdout, "marked %d dead letters of %s for replay: the next inbox.Client.ProcessReplays for %s replays them with the handler\n", n, *consumer, *consumer)
 		if n == 0 {
 			fmt.Fprintln(e.Stdout, "(dead letters already marked, and those without a valid message id, are not counted: no replay can apply the latter)")
 		}
@@ -195,23 +196,23 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 	})
 }
 
-// withOps opens the store the flags name, runs fn with a client over it
+// withAdmin opens the store the flags name, runs fn with an Admin over it
 // with cfg, and closes the store. An error that says the inbox tables are
 // missing is explained (store.explain).
-func withOps(ctx context.Context, e *Env, sf *storeFlags, cfg *inbox.Config, fn func(c ops) error) error {
+func withAdmin(ctx context.Context, e *Env, sf *storeFlags, cfg *inbox.Config, fn func(c *inbox.Admin) error) error {
 	s, err := sf.open(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c, err := s.newOps(cfg)
+	c, err := inbox.NewAdmin(s.admin, cfg)
 	if err != nil {
 		return err
 	}
 	return s.explain(fn(c))
 }
 
-func source(d *inbox.DeadLetter) string {
+func source(d *inboxtype.DeadLetter) string {
 	return inbox.Source{Transport: d.Transport, Queue: d.Queue, Partition: d.Partition, Offset: d.Offset, BrokerID: d.BrokerID}.String()
 }
 
@@ -232,7 +233,7 @@ type deadLetterJSON struct {
 	PayloadBase64 bool              `json:"payload_base64,omitempty"`
 }
 
-func toJSON(d *inbox.DeadLetter) deadLetterJSON {
+func toJSON(d *inboxtype.DeadLetter) deadLetterJSON {
 	j := deadLetterJSON{
 		ID: d.ID, Consumer: d.Consumer, MessageID: d.MessageID, Reason: d.Reason, Error: d.Error,
 		Attempts: d.Attempts, FirstSeen: d.FirstSeen.UTC(), LastSeen: d.LastSeen.UTC(), Source: source(d),

@@ -112,7 +112,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	deadLetter := func(consumer string, m inbox.Message) string {
 		t.Helper()
 		require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errors.New("declined"), Attempts: 5}))
-		ds, err := c.DeadLetters(ctx, consumer, 100)
+		ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
 		require.NoError(t, err)
 		for _, dl := range ds {
 			if dl.MessageID == m.ID {
@@ -179,7 +179,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	replays := make(chan []inbox.ReplayResult, 2)
 	for range 2 {
 		go func() {
-			rs, err := c.ReplayDeadLetters(ctx, "billing", credit)
+			rs, err := c.ProcessReplays(ctx, "billing", credit)
 			if err != nil {
 				t.Error(err)
 			}
@@ -200,19 +200,19 @@ func TestDeadLetterReplay(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+effects+` WHERE message_id = $1`, id1).Scan(&n))
 	require.Equal(t, 1, n, "the effect happened once")
-	_, err = c.DeadLetterGet(ctx, mustInt(t, dl1))
+	_, err = c.GetDeadLetter(ctx, mustInt(t, dl1))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
 	// Every dead letter of a consumer: those with an id.
 	code, stdout, stderr := run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all"}, db...)...)
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "marked 1 dead letters of billing for replay")
-	rs, err := c.ReplayDeadLetters(ctx, "billing", credit)
+	rs, err := c.ProcessReplays(ctx, "billing", credit)
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
 	require.Equal(t, id2, rs[0].DeadLetter.MessageID)
 	require.Equal(t, inbox.Applied, rs[0].Outcome)
-	_, err = c.DeadLetterGet(ctx, mustInt(t, dl2))
+	_, err = c.GetDeadLetter(ctx, mustInt(t, dl2))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
 	// Tables migrated before replays existed: the command says to migrate.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -57,7 +58,7 @@ type doctorJSON struct {
 // doctor holds one run's settings and findings.
 type doctor struct {
 	s        *store
-	c        ops
+	c        *inbox.Admin
 	horizon  time.Duration
 	opts     doctorOpts
 	checks   map[string]checkJSON
@@ -115,7 +116,7 @@ func runDoctor(ctx context.Context, e *Env, args []string) error {
 	defer s.close()
 	cfg := idFormatFor(&sf)
 	cfg.ReplayHorizon, cfg.Retention = horizon.d, max(horizon.d, inbox.DefaultRetention)
-	c, err := s.newOps(cfg)
+	c, err := inbox.NewAdmin(s.admin, cfg)
 	if err != nil {
 		return err
 	}
@@ -554,7 +555,7 @@ FROM unnest($3::text[]) AS c`
 }
 
 func (d *doctor) checkStuck(ctx context.Context) {
-	es, err := d.c.ListEffects(ctx, inbox.ListEffectsParams{State: inbox.EffectStarted, StartedBefore: time.Now().Add(-d.opts.stuckAfter), Limit: 1000})
+	es, err := d.c.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: time.Now().Add(-d.opts.stuckAfter), Limit: 1000})
 	switch {
 	case errors.Is(err, inbox.ErrEffectsUnsupported):
 		d.set("stuck_effects", checkSkip, "the store keeps no effects ledger", "")
@@ -574,7 +575,7 @@ func (d *doctor) checkStuck(ctx context.Context) {
 }
 
 func (d *doctor) checkDeadLetters(ctx context.Context) {
-	ds, err := d.c.DeadLetters(ctx, "", 1000)
+	ds, err := d.c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 1000})
 	switch {
 	case err != nil:
 		d.set("dead_letters", checkFail, "cannot read the dead letters: "+errText(d.s.explain(err)), "")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 func runPurge(ctx context.Context, e *Env, args []string) error {
@@ -39,12 +40,12 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 		}
 	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.d, Retention: max(horizon.d, inbox.DefaultRetention)}
-	return withOps(ctx, e, &sf, cfg, func(c ops) error {
+	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 		return purge(ctx, e, c, olderThan.d, *consumer, *batch, *dryRun)
 	})
 }
 
-func purge(ctx context.Context, e *Env, c ops, olderThan time.Duration, consumer string, batch int, dryRun bool) error {
+func purge(ctx context.Context, e *Env, c *inbox.Admin, olderThan time.Duration, consumer string, batch int, dryRun bool) error {
 	p := inbox.PurgeParams{OlderThan: olderThan, Consumer: consumer, BatchSize: batch}
 	window := inbox.FormatDuration(olderThan)
 	if dryRun {
@@ -125,7 +126,7 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 	if _, err := cfg.IDFormat.CanonicalID(*id); err != nil {
 		return usagef("--id: %v", err)
 	}
-	return withOps(ctx, e, &sf, cfg, func(c ops) error {
+	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 		if err := c.Forget(ctx, *consumer, *id); err != nil {
 			return err
 		}
@@ -197,12 +198,12 @@ func runStats(ctx context.Context, e *Env, args []string) error {
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
-	return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+	return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
 		return stats(ctx, e, c, stuckAfter.d, *asJSON, sf.tables.Layout == inboxdriver.LayoutPartitioned)
 	})
 }
 
-func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON, partitioned bool) error {
+func stats(ctx context.Context, e *Env, c *inbox.Admin, stuckAfter time.Duration, asJSON, partitioned bool) error {
 	st, err := c.Stats(ctx)
 	if err != nil {
 		return err
@@ -217,7 +218,7 @@ func stats(ctx context.Context, e *Env, c ops, stuckAfter time.Duration, asJSON,
 		})
 	}
 	stuck, err := c.ListEffects(ctx, inbox.ListEffectsParams{
-		State: inbox.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
+		State: inboxtype.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
 	})
 	if err != nil {
 		out.StuckEffectsError = oneLine(err.Error())
@@ -278,7 +279,7 @@ func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now tim
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "A step declared non-idempotent parks its message (dead letter reason unknown_outcome):")
-	fmt.Fprintln(w, "check with the provider, settle it with inbox.Client.ResolveEffect, then replay the dead letter.")
+	fmt.Fprintln(w, "check with the provider, settle it with inbox.Admin.ResolveEffect, then replay the dead letter.")
 }
 
 func formatBytes(n int64) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // runPartitions is 'inbox partitions list|premake|drop': the day
@@ -42,7 +43,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if err := parseFlags(fs, args, 0); err != nil {
 			return err
 		}
-		return withOps(ctx, e, &sf, idFormatFor(&sf), func(c ops) error {
+		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
 			st, err := c.Partitions(ctx)
 			if err != nil {
 				return err
@@ -88,7 +89,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			}
 			p.Retention = retention.d
 		}
-		return withOps(ctx, e, &sf, cfg, func(c ops) error {
+		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 			rep, err := c.MaintainPartitions(ctx, p)
 			if err != nil {
 				return err
@@ -128,7 +129,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if backfill.set {
 			p.Backfill = backfill.d
 		}
-		return withOps(ctx, e, &sf, cfg, func(c ops) error {
+		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 			rep, err := c.AdoptPlainInbox(ctx, p)
 			if err != nil {
 				return err
@@ -182,7 +183,7 @@ type frozenJSON struct {
 	Consulted bool `json:"consulted"`
 }
 
-func frozenOut(f *inbox.FrozenInbox) *frozenJSON {
+func frozenOut(f *inboxtype.FrozenInbox) *frozenJSON {
 	if f == nil {
 		return nil
 	}
@@ -202,7 +203,7 @@ func frozenLine(f *frozenJSON) string {
 	return fmt.Sprintf("frozen plain table %s: %s rows, %s; %s", f.Name, rows, formatBytes(f.Bytes), consulted)
 }
 
-func printAdopt(w io.Writer, rep *inbox.AdoptReport, dryRun bool) {
+func printAdopt(w io.Writer, rep *inboxtype.AdoptReport, dryRun bool) {
 	switch {
 	case rep.Skipped:
 		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
@@ -225,7 +226,7 @@ func printAdopt(w io.Writer, rep *inbox.AdoptReport, dryRun bool) {
 	}
 }
 
-func partitionsOut(st *inbox.PartitionState) partitionsJSON {
+func partitionsOut(st *inboxtype.PartitionState) partitionsJSON {
 	out := partitionsJSON{Now: st.Now.UTC(), Partitions: []partitionJSON{}, Frozen: frozenOut(st.Frozen)}
 	out.Oldest, out.Newest = st.Range()
 	if !out.Oldest.IsZero() {
@@ -245,7 +246,7 @@ func partitionsOut(st *inbox.PartitionState) partitionsJSON {
 	return out
 }
 
-func printPartitions(w io.Writer, st *inbox.PartitionState) {
+func printPartitions(w io.Writer, st *inboxtype.PartitionState) {
 	out := partitionsOut(st)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tIDS FROM\tTO\tROWS\tSIZE\tSTATE")
@@ -278,7 +279,7 @@ func coverage(out partitionsJSON) string {
 		out.Now.Format(time.RFC3339))
 }
 
-func printReport(w io.Writer, rep *inbox.PartitionReport, dryRun bool) {
+func printReport(w io.Writer, rep *inboxtype.PartitionReport, dryRun bool) {
 	if rep.Skipped {
 		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
 		return
@@ -289,7 +290,7 @@ func printReport(w io.Writer, rep *inbox.PartitionReport, dryRun bool) {
 		}
 		return done
 	}
-	list := func(what string, ps []inbox.Partition) {
+	list := func(what string, ps []inboxtype.Partition) {
 		if len(ps) == 0 {
 			return
 		}
@@ -335,7 +336,7 @@ func detectLayout(ctx context.Context, pool *pgxpool.Pool, t inboxdriver.Tables)
 
 // statsPartitions adds the partition state of a partitioned inbox to
 // 'inbox stats'.
-func statsPartitions(ctx context.Context, c ops, out *statsJSON) {
+func statsPartitions(ctx context.Context, c *inbox.Admin, out *statsJSON) {
 	st, err := c.Partitions(ctx)
 	if err != nil {
 		out.PartitionsError = oneLine(err.Error())

@@ -14,7 +14,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxsql"
@@ -40,24 +39,6 @@ func (f *storeFlags) register(fs *flagSet) {
 	fs.StringVar(&f.effectsDB, "effects-db", "", "SQLite only: the file of the effects ledger, when it is kept apart from the inbox (inboxsql.Config.EffectsDB)")
 }
 
-// ops is what commands use of an inbox.Client, whatever its store's
-// transaction type.
-type ops interface {
-	Purge(ctx context.Context, p inbox.PurgeParams) (int64, error)
-	Forget(ctx context.Context, consumer, id string) error
-	Stats(ctx context.Context) (*inbox.Stats, error)
-	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inbox.EffectEntry, error)
-	DeadLetters(ctx context.Context, consumer string, limit int) ([]*inbox.DeadLetter, error)
-	DeadLetterGet(ctx context.Context, id int64) (*inbox.DeadLetter, error)
-	DeleteDeadLetter(ctx context.Context, id int64) error
-	MarkDeadLetterForReplay(ctx context.Context, id int64) (bool, error)
-	MarkDeadLettersForReplay(ctx context.Context, consumer string) (int64, error)
-	Partitions(ctx context.Context) (*inbox.PartitionState, error)
-	MaintainPartitions(ctx context.Context, p inbox.MaintainPartitionsParams) (*inbox.PartitionReport, error)
-	AdoptPlainInbox(ctx context.Context, p inbox.AdoptParams) (*inbox.AdoptReport, error)
-	Config() inbox.Config
-}
-
 // store is an open store.
 type store struct {
 	admin inboxdriver.Admin
@@ -65,8 +46,6 @@ type store struct {
 	// migrated too.
 	ledger inboxdriver.Admin
 	close  func()
-	// newOps returns a client over the store with cfg.
-	newOps func(cfg *inbox.Config) (ops, error)
 	// where names the database for messages, without a password.
 	where string
 	// schema is the --schema flag, for messages.
@@ -210,7 +189,6 @@ func (f *storeFlags) openSQLite(path string) (*store, error) {
 		ledger: ledger,
 		close:  func() { db.Close(); edb.Close() },
 		where:  path,
-		newOps: func(cfg *inbox.Config) (ops, error) { return inbox.NewClient(d, cfg) },
 	}, nil
 }
 
@@ -287,9 +265,6 @@ func (f *storeFlags) sqlStore(db *sql.DB, engine inboxsql.Engine, where string) 
 		admin: d,
 		close: func() { db.Close() },
 		where: where,
-		newOps: func(cfg *inbox.Config) (ops, error) {
-			return inbox.NewClient(d, cfg)
-		},
 	}, nil
 }
 
@@ -334,9 +309,6 @@ func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, erro
 		admin: d,
 		close: pool.Close,
 		where: where,
-		newOps: func(cfg *inbox.Config) (ops, error) {
-			return inbox.NewClient(d, cfg)
-		},
 	}, nil
 }
 

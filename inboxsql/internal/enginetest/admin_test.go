@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -89,7 +90,7 @@ func TestClassifyUnavailable(t *testing.T) {
 		require.NoError(t, err)
 		d, err := inboxsql.New(db, engineOf(c.dialect), nil)
 		require.NoError(t, err)
-		_, _, err = d.BeginClaim(ctx, claimParams(inboxtest.NewID(), time.Second))
+		_, _, err = claimOne(ctx, d, inboxtest.NewID(), time.Second)
 		require.Error(t, err)
 		require.Equal(t, inboxdriver.ClassUnavailable, d.Classify(err), "%s: %v", c.dialect, err)
 		cl, err := inbox.NewClient(d, nil)
@@ -120,10 +121,10 @@ func TestDeadLetterOddValues(t *testing.T) {
 			err = c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m,
 				Err: inbox.Permanent(errString("bad \xff byte and a \x00 NUL")), Attempts: 1})
 			require.NoError(t, err)
-			list, err := c.DeadLetters(ctx, "billing", 10)
+			list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, list, 1)
-			got, err := c.DeadLetterGet(ctx, list[0].ID)
+			got, err := c.GetDeadLetter(ctx, list[0].ID)
 			require.NoError(t, err)
 			require.Equal(t, queue, got.Queue)
 			require.Equal(t, key, got.Key)
@@ -139,7 +140,7 @@ func TestDeadLetterOddValues(t *testing.T) {
 			// The same message again updates the row, with the same key.
 			err = c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m, Err: errString("again"), Attempts: 2})
 			require.NoError(t, err)
-			list, err = c.DeadLetters(ctx, "", 10)
+			list, err = c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, list, 1)
 			require.Equal(t, 2, list[0].Attempts)
@@ -162,7 +163,7 @@ func TestStatsTableBytes(t *testing.T) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			tx, _, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids})
+			tx, _, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: ids})
 			require.NoError(t, err)
 			require.NoError(t, d.Commit(ctx, tx))
 			st, err := d.Stats(ctx)
@@ -212,9 +213,9 @@ func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 		require.NoError(t, err)
 		consumer := "c" + string(rune('0'+i))
 		id := inboxtest.NewID()
-		tx, ok, err := dd.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: consumer, ID: id})
+		tx, ok, err := dd.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: consumer, IDs: []string{id}})
 		require.NoError(t, err, params)
-		require.True(t, ok)
+		require.True(t, ok[0])
 		require.NoError(t, dd.Commit(ctx, tx))
 		// Every connection, whatever its settings, reads what each wrote.
 		for _, reader := range []*inboxsql.Driver{d, dd} {
@@ -234,7 +235,7 @@ func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n, params)
 
-		require.NoError(t, dd.DeadLetter(ctx, &inboxdriver.DeadLetter{Consumer: consumer, DedupKey: "k", Reason: "r", LastSeen: when}))
+		require.NoError(t, dd.DeadLetter(ctx, &inboxtype.DeadLetter{Consumer: consumer, DedupKey: "k", Reason: "r", LastSeen: when}))
 		list, err := dd.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, list, 1)

@@ -15,12 +15,17 @@ import (
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
-func claimParams(id string, lockTimeout time.Duration) *inboxdriver.ClaimParams {
-	return &inboxdriver.ClaimParams{Consumer: "billing", ID: id, LockTimeout: lockTimeout}
+func batchParams(ids []string, lockTimeout time.Duration) *inboxdriver.ClaimParams {
+	return &inboxdriver.ClaimParams{Consumer: "billing", IDs: ids, LockTimeout: lockTimeout}
 }
 
-func batchParams(ids []string, lockTimeout time.Duration) *inboxdriver.ClaimBatchParams {
-	return &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids, LockTimeout: lockTimeout}
+// claimOne begins a transaction and claims id alone for "billing".
+func claimOne(ctx context.Context, d inboxdriver.Driver[*sql.Tx], id string, lockTimeout time.Duration) (*sql.Tx, bool, error) {
+	tx, claimed, err := d.BeginClaim(ctx, batchParams([]string{id}, lockTimeout))
+	if err != nil {
+		return nil, false, err
+	}
+	return tx, claimed[0], nil
 }
 
 // awaitWaiting polls waiting until it counts a waiting claim.
@@ -54,12 +59,12 @@ func TestBatchWaitsForInFlightClaim(t *testing.T) {
 				d, tables := e.newDriver(t)
 				ctx := context.Background()
 				inflight, other, dup := inboxtest.NewID(), inboxtest.NewID(), inboxtest.NewID()
-				tx, ok, err := d.BeginClaim(ctx, claimParams(dup, 0))
+				tx, ok, err := claimOne(ctx, d, dup, 0)
 				require.NoError(t, err)
 				require.True(t, ok)
 				require.NoError(t, d.Commit(ctx, tx))
 
-				first, ok, err := d.BeginClaim(ctx, claimParams(inflight, 0))
+				first, ok, err := claimOne(ctx, d, inflight, 0)
 				require.NoError(t, err)
 				require.True(t, ok)
 				type result struct {
@@ -68,7 +73,7 @@ func TestBatchWaitsForInFlightClaim(t *testing.T) {
 				}
 				done := make(chan result, 1)
 				go func() {
-					tx, claimed, err := d.BeginClaimBatch(ctx, batchParams([]string{other, inflight, dup}, 0))
+					tx, claimed, err := d.BeginClaim(ctx, batchParams([]string{other, inflight, dup}, 0))
 					if err == nil {
 						err = d.Commit(ctx, tx)
 					}
@@ -99,15 +104,15 @@ func TestBatchLockTimeout(t *testing.T) {
 			d, _ := e.newDriver(t)
 			ctx := context.Background()
 			inflight, other := inboxtest.NewID(), inboxtest.NewID()
-			first, ok, err := d.BeginClaim(ctx, claimParams(inflight, 0))
+			first, ok, err := claimOne(ctx, d, inflight, 0)
 			require.NoError(t, err)
 			require.True(t, ok)
-			_, _, err = d.BeginClaimBatch(ctx, batchParams([]string{other, inflight}, 50*time.Millisecond))
+			_, _, err = d.BeginClaim(ctx, batchParams([]string{other, inflight}, 50*time.Millisecond))
 			require.Error(t, err)
 			require.Equal(t, inboxdriver.ClassLockTimeout, d.Classify(err), "%v", err)
 			require.NoError(t, d.Rollback(ctx, first))
 
-			tx, claimed, err := d.BeginClaimBatch(ctx, batchParams([]string{other, inflight}, 0))
+			tx, claimed, err := d.BeginClaim(ctx, batchParams([]string{other, inflight}, 0))
 			require.NoError(t, err)
 			require.Equal(t, []bool{true, true}, claimed, "the timed-out batch claimed nothing")
 			require.NoError(t, d.Rollback(ctx, tx))
@@ -140,7 +145,7 @@ func TestLockTimeoutIsRestored(t *testing.T) {
 			}
 			before := setting()
 
-			tx, ok, err := d.BeginClaim(ctx, claimParams(inboxtest.NewID(), 2*time.Second))
+			tx, ok, err := claimOne(ctx, d, inboxtest.NewID(), 2*time.Second)
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.NoError(t, d.Commit(ctx, tx))
@@ -154,11 +159,11 @@ func TestLockTimeoutIsRestored(t *testing.T) {
 			defer holder.Rollback()
 			od, err := inboxsql.New(other, engineOf(e.dialect), &inboxsql.Config{Tables: d.Tables()})
 			require.NoError(t, err)
-			ok, err = od.Claim(ctx, holder, claimParams(id, 0))
+			claimed, err := od.Claim(ctx, holder, batchParams([]string{id}, 0))
 			require.NoError(t, err)
-			require.True(t, ok)
+			require.True(t, claimed[0])
 
-			_, _, err = d.BeginClaim(ctx, claimParams(id, 50*time.Millisecond))
+			_, _, err = claimOne(ctx, d, id, 50*time.Millisecond)
 			require.Error(t, err)
 			require.Equal(t, inboxdriver.ClassLockTimeout, d.Classify(err), "%v", err)
 			require.Equal(t, before, setting(), "after a lock timeout")
@@ -204,7 +209,7 @@ func TestMySQLClaimNeverStoresAnotherID(t *testing.T) {
 
 			// Its first 36 characters are an id that is already claimed.
 			claimed := inboxtest.NewID()
-			tx, ok, err := d.BeginClaim(ctx, claimParams(claimed, 0))
+			tx, ok, err := claimOne(ctx, d, claimed, 0)
 			require.NoError(t, err)
 			require.True(t, ok)
 			require.NoError(t, d.Commit(ctx, tx))
@@ -215,12 +220,12 @@ func TestMySQLClaimNeverStoresAnotherID(t *testing.T) {
 				claimed + "-and-more",           // truncated to a claimed id
 				"é" + inboxtest.NewID()[1:],     // not ASCII
 			} {
-				tx, _, err := text.BeginClaim(ctx, claimParams(bad, time.Second))
+				tx, _, err := claimOne(ctx, text, bad, time.Second)
 				if err == nil {
 					_ = text.Rollback(ctx, tx) // so that the failure leaves no lock behind
 				}
 				require.Error(t, err, "single claim of %q", bad)
-				tx, _, err = text.BeginClaimBatch(ctx, batchParams([]string{fresh, bad}, time.Second))
+				tx, _, err = text.BeginClaim(ctx, batchParams([]string{fresh, bad}, time.Second))
 				if err == nil {
 					_ = text.Rollback(ctx, tx)
 				}
@@ -233,7 +238,7 @@ func TestMySQLClaimNeverStoresAnotherID(t *testing.T) {
 
 			// The same driver still claims good ids in a batch with a
 			// duplicate.
-			tx, got, err := text.BeginClaimBatch(ctx, batchParams([]string{fresh, claimed}, time.Second))
+			tx, got, err := text.BeginClaim(ctx, batchParams([]string{fresh, claimed}, time.Second))
 			require.NoError(t, err)
 			require.Equal(t, []bool{true, false}, got)
 			require.NoError(t, text.Commit(ctx, tx))
@@ -253,12 +258,12 @@ func TestLargeBatch(t *testing.T) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			tx, got, err := d.BeginClaimBatch(ctx, batchParams(ids[600:700], 0))
+			tx, got, err := d.BeginClaim(ctx, batchParams(ids[600:700], 0))
 			require.NoError(t, err)
 			require.NoError(t, d.Commit(ctx, tx))
 			require.Equal(t, 100, count(got))
 
-			tx, got, err = d.BeginClaimBatch(ctx, batchParams(ids, 0))
+			tx, got, err = d.BeginClaim(ctx, batchParams(ids, 0))
 			require.NoError(t, err)
 			require.NoError(t, d.Commit(ctx, tx))
 			require.Equal(t, len(ids)-100, count(got))

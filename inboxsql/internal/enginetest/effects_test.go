@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -86,13 +87,13 @@ func TestSQLiteLedgerInInboxFileFailsFastInHandler(t *testing.T) {
 	}
 }
 
-// With the caller's own transaction (ProcessTx), the Driver cannot know
+// With the caller's own transaction (ClaimTx), the Driver cannot know
 // that the write lock is the caller's: the ledger write waits for it until
 // the busy timeout and fails with an error that says why; with a pool of
 // one connection, which the caller's transaction holds, it fails with
 // ErrLedgerLocked once no connection has freed up for
 // DefaultSQLiteBusyTimeout.
-func TestSQLiteLedgerInInboxFileProcessTx(t *testing.T) {
+func TestSQLiteLedgerInInboxFileClaimTx(t *testing.T) {
 	t.Run("busy", func(t *testing.T) {
 		t.Parallel()
 		path := filepath.Join(t.TempDir(), "inbox.db")
@@ -111,7 +112,7 @@ func TestSQLiteLedgerInInboxFileProcessTx(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback()
 		id := inboxtest.NewID()
-		inboxtest.RequireApplied(t)(c.ProcessTx(ctx, tx, "billing", message(id)))
+		inboxtest.RequireApplied(t)(c.ClaimTx(ctx, tx, "billing", message(id)))
 		_, err = c.Effect(inbox.WithConsumer(ctx, "billing"), message(id), "capture", p.call, nil)
 		require.ErrorIs(t, err, inbox.ErrConflict)
 		require.ErrorContains(t, err, "Config.EffectsDB")
@@ -130,7 +131,7 @@ func TestSQLiteLedgerInInboxFileProcessTx(t *testing.T) {
 		require.NoError(t, err)
 		defer tx.Rollback()
 		id := inboxtest.NewID()
-		inboxtest.RequireApplied(t)(c.ProcessTx(ctx, tx, "billing", message(id)))
+		inboxtest.RequireApplied(t)(c.ClaimTx(ctx, tx, "billing", message(id)))
 		_, err = c.Effect(inbox.WithConsumer(ctx, "billing"), message(id), "capture", p.call, nil)
 		require.ErrorIs(t, err, inboxsql.ErrLedgerLocked)
 		require.NoError(t, ctx.Err())
@@ -160,7 +161,7 @@ func TestSQLiteEffectsDBInHandler(t *testing.T) {
 	es, err := c.ListEffects(ctx, inbox.ListEffectsParams{MessageID: id})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
-	require.Equal(t, inbox.EffectDone, es[0].State)
+	require.Equal(t, inboxtype.EffectDone, es[0].State)
 
 	// The entry is in the ledger's file, not in the inbox's.
 	count := func(db *sql.DB) int {
@@ -263,7 +264,7 @@ func TestEffectsPurgeLargeBatch(t *testing.T) {
 			for i := range ids {
 				ids[i] = inboxtest.NewID()
 			}
-			tx, claimed, err := d.BeginClaimBatch(ctx, &inboxdriver.ClaimBatchParams{Consumer: "billing", IDs: ids})
+			tx, claimed, err := d.BeginClaim(ctx, &inboxdriver.ClaimParams{Consumer: "billing", IDs: ids})
 			require.NoError(t, err)
 			require.NotContains(t, claimed, false)
 			require.NoError(t, d.Commit(ctx, tx))

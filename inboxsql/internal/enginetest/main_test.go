@@ -232,7 +232,7 @@ type claimCounter struct {
 	inFlight atomic.Int32
 }
 
-func (c *claimCounter) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*sql.Tx, bool, error) {
+func (c *claimCounter) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (*sql.Tx, []bool, error) {
 	c.inFlight.Add(1)
 	defer c.inFlight.Add(-1)
 	return c.Driver.BeginClaim(ctx, p)

@@ -44,6 +44,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -303,6 +305,10 @@ func (b *bench) connect(ctx context.Context) error {
 	// up front, so that no row pays for dialling.
 	pcfg.MaxConns = int32(b.maxW)
 	pcfg.MinConns = int32(b.maxW)
+	// The workers' sessions have the client's lock timeout, as inboxpgx
+	// recommends: a claim then needs no statements around it to bound its
+	// lock wait.
+	pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(inbox.DefaultLockTimeout.Milliseconds(), 10)
 	b.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return fmt.Errorf("bench: cannot reach the database at %s: %w", where, err)
@@ -310,6 +316,7 @@ func (b *bench) connect(ctx context.Context) error {
 	b.closers = append(b.closers, b.pool.Close)
 	acfg := pcfg.Copy()
 	acfg.MaxConns, acfg.MinConns = 3, 0
+	delete(acfg.ConnConfig.RuntimeParams, "lock_timeout")
 	b.admin, err = pgxpool.NewWithConfig(ctx, acfg)
 	if err != nil {
 		return fmt.Errorf("bench: cannot reach the database at %s: %w", where, err)

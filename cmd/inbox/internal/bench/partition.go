@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/txinbox/inbox/inboxtype"
 	"slices"
 	"time"
 
@@ -132,7 +133,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		}
 		return err
 	}
-	dropOnce := func(day inboxdriver.Partition) func(ctx context.Context, _ float64) error {
+	dropOnce := func(day inboxtype.Partition) func(ctx context.Context, _ float64) error {
 		return func(ctx context.Context, _ float64) error {
 			// Retention up to the day's end: that day, and only it, goes.
 			retention := st.Now.Sub(day.To).Truncate(time.Hour) - time.Hour
@@ -149,7 +150,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 	fillPlain := func(ctx context.Context) error {
 		return fillTimeOrdered(ctx, b.admin, plainTable, b.cfg.PurgeRows, purgeAge)
 	}
-	fillDay := func(day inboxdriver.Partition) func(ctx context.Context) error {
+	fillDay := func(day inboxtype.Partition) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			return fillTimeOrdered(ctx, b.admin, partTable, b.cfg.PurgeRows, time.Since(day.From.Add(time.Hour)))
 		}

@@ -421,6 +421,7 @@ func (r *Report) Ratios() []Ratio {
 		out = append(out, Ratio{Name: name, Value: round2(v), Want: want, Met: v >= want})
 	}
 	add("inbox ÷ bare, msgs/s at 8 workers (≥ 0.95)", "inbox", 8, "bare", 8, 0.95)
+	add("inbox-handler ÷ bare, msgs/s at 8 workers (≥ 0.9)", "inbox-handler", 8, "bare", 8, 0.9)
 	add("inbox-batch-100 ÷ inbox, msgs/s at 1 worker (≥ 15)", "inbox-batch-100", 1, "inbox", 1, 15)
 	add("inbox ÷ check-then-insert, msgs/s at 8 workers (≥ 1)", "inbox", 8, "check-then-insert", 8, 1)
 	add("inbox-duplicate ÷ inbox, msgs/s at 1 worker (≥ 2)", "inbox-duplicate", 1, "inbox", 1, 2)

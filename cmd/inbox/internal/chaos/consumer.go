@@ -220,13 +220,10 @@ func runTransportConsumer(ctx context.Context, f *consumerFlags, client *inbox.C
 // claim as new, so redeliveries apply again.
 type noSkip struct{ *inboxpgx.Driver }
 
-func (n noSkip) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, bool, error) {
-	tx, _, err := n.Driver.BeginClaim(ctx, p)
-	return tx, err == nil, err
-}
-
-func (n noSkip) BeginClaimBatch(ctx context.Context, p *inboxdriver.ClaimBatchParams) (pgx.Tx, []bool, error) {
-	tx, claimed, err := n.Driver.BeginClaimBatch(ctx, p)
+func (n noSkip) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pgx.Tx, []bool, error) {
+	q := *p
+	q.Pipelined = false // a deferred claim would find the duplicates
+	tx, claimed, err := n.Driver.BeginClaim(ctx, &q)
 	for i := range claimed {
 		claimed[i] = true
 	}
