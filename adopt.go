@@ -37,7 +37,7 @@ type AdoptParams struct {
 // inboxdriver.LayoutPartitioned (the layout the inbox is moving to) while
 // its table is still the plain one. The new partitioned table is made beside
 // the plain one; one short transaction then renames the plain table to
-// inboxdriver.FrozenName and the new one to the inbox's name. From then on
+// "<inbox>_frozen" and the new one to the inbox's name. From then on
 // every claim, from any client, goes to the partitioned table, and an id
 // that the frozen table holds is a duplicate there: it is looked up
 // read-only. The switch waits for the claims open on the plain table, each

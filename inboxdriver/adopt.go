@@ -16,7 +16,7 @@ type Adopter interface {
 	// apply. It makes a partitioned table beside the plain one, with its
 	// partitions, and a trigger on it that looks each new row up in the
 	// plain table; then, in one short transaction, it renames the plain
-	// table to FrozenName and the new one to the inbox's name. From then
+	// table to "<inbox>_frozen" and the new one to the inbox's name. From then
 	// on every claim, by any client whatever its configuration, goes to
 	// the partitioned table and finds an id the plain table holds already
 	// claimed. Partition maintenance drops the frozen table, and the
@@ -61,14 +61,3 @@ func (p AdoptParams) WithDefaults() AdoptParams {
 	}
 	return p
 }
-
-// FrozenName is the name of the frozen plain table of inbox.
-func FrozenName(inbox string) string { return IndexName(inbox, "frozen") }
-
-// AdoptingName is the name of the partitioned table that an adoption
-// makes beside the plain inbox, before the switch.
-func AdoptingName(inbox string) string { return IndexName(inbox, "adopting") }
-
-// FrozenCheckName is the name of the trigger, and of its function, that
-// looks a new row of the inbox up in its frozen table.
-func FrozenCheckName(inbox string) string { return IndexName(inbox, "frozen_check") }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/pgpartition"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -236,7 +237,7 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 	r := <-adopted
 	require.NoError(t, r.err)
 	require.True(t, r.rep.Switched)
-	require.Equal(t, inboxdriver.FrozenName("inbox"), r.rep.Frozen)
+	require.Equal(t, pgpartition.FrozenName("inbox"), r.rep.Frozen)
 	require.NotEmpty(t, r.rep.Created)
 	require.NoError(t, <-straddled)
 
@@ -262,7 +263,7 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 	st, err := f.partC.Partitions(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, st.Frozen)
-	require.Equal(t, inboxdriver.FrozenName("inbox"), st.Frozen.Name)
+	require.Equal(t, pgpartition.FrozenName("inbox"), st.Frozen.Name)
 	require.True(t, st.Frozen.Consulted)
 	require.True(t, st.Covers(st.Now.Add(-9*24*time.Hour)))
 	// Adopting again does nothing.
@@ -326,15 +327,15 @@ func TestAdoptedFrozenTableRetires(t *testing.T) {
 	done, err := f.partC.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true})
 	require.NoError(t, err)
 	require.NotNil(t, done.Retired)
-	require.Equal(t, inboxdriver.FrozenName("inbox"), done.Retired.Name)
+	require.Equal(t, pgpartition.FrozenName("inbox"), done.Retired.Name)
 	require.Nil(t, done.State.Frozen)
 	var left int
 	require.NoError(t, f.plain.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = $1 AND c.relname = $2`, f.schema, inboxdriver.FrozenName("inbox")).Scan(&left))
+ WHERE n.nspname = $1 AND c.relname = $2`, f.schema, pgpartition.FrozenName("inbox")).Scan(&left))
 	require.Equal(t, 0, left, "the frozen table is dropped")
 	require.NoError(t, f.plain.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_trigger WHERE tgname = $1
    AND tgrelid IN (SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $2)`,
-		inboxdriver.FrozenCheckName("inbox"), f.schema).Scan(&left))
+		pgpartition.FrozenCheckName("inbox"), f.schema).Scan(&left))
 	require.Equal(t, 0, left, "the trigger is dropped, on the inbox and its partitions")
 	require.NoError(t, f.plain.Pool().QueryRow(ctx, `SELECT count(*) FROM `+pgx.Identifier{f.schema, "inbox_effects"}.Sanitize()).Scan(&left))
 	require.Equal(t, 0, left, "the effect-ledger entries of the frozen ids are deleted")

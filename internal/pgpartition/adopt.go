@@ -49,7 +49,7 @@ func (m *Maintainer) adoptKinds(ctx context.Context) (adoptKinds, error) {
 	err := m.db.Query(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), ''),
        coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($2)), ''),
        coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($3)), '')`,
-		[]any{m.parent, q(inboxdriver.FrozenName(m.t.Inbox)), q(inboxdriver.AdoptingName(m.t.Inbox))},
+		[]any{m.parent, q(FrozenName(m.t.Inbox)), q(AdoptingName(m.t.Inbox))},
 		func(scan func(...any) error) error { return scan(&k.inbox, &k.frozen, &k.adopting) })
 	return k, err
 }
@@ -74,7 +74,7 @@ func (m *Maintainer) Adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 }
 
 func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
-	frozen, adopting := inboxdriver.FrozenName(m.t.Inbox), inboxdriver.AdoptingName(m.t.Inbox)
+	frozen, adopting := FrozenName(m.t.Inbox), AdoptingName(m.t.Inbox)
 	rep := &inboxtype.AdoptReport{Frozen: frozen}
 	k, err := m.adoptKinds(ctx)
 	if err != nil {
@@ -153,9 +153,9 @@ func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 // inbox, with the trigger that consults the frozen table. The trigger's
 // function names the tables as they will be named after the switch.
 func (m *Maintainer) adoptDDL() []string {
-	adopting := m.qualify(inboxdriver.AdoptingName(m.t.Inbox))
-	frozen := m.qualify(inboxdriver.FrozenName(m.t.Inbox))
-	check := inboxdriver.FrozenCheckName(m.t.Inbox)
+	adopting := m.qualify(AdoptingName(m.t.Inbox))
+	frozen := m.qualify(FrozenName(m.t.Inbox))
+	check := FrozenCheckName(m.t.Inbox)
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + adopting + ` (
     consumer_name text COLLATE "C" NOT NULL,
@@ -163,7 +163,7 @@ func (m *Maintainer) adoptDDL() []string {
     processed_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (consumer_name, message_id)
 ) PARTITION BY RANGE (message_id)`,
-		`CREATE INDEX IF NOT EXISTS ` + m.quote(inboxdriver.IndexName(inboxdriver.AdoptingName(m.t.Inbox), inboxdriver.IndexInboxProcessedAt)) +
+		`CREATE INDEX IF NOT EXISTS ` + m.quote(inboxdriver.IndexName(AdoptingName(m.t.Inbox), inboxdriver.IndexInboxProcessedAt)) +
 			` ON ` + adopting + ` USING brin (processed_at)`,
 		// pg_trigger_depth() = 1: the trigger's own insert of the row
 		// fires the trigger again, and must not look again.
@@ -188,7 +188,7 @@ $inbox$`,
 // switchDDL renames the plain inbox to the frozen name, and the adoption's
 // table to the inbox's name, with their indexes, in one transaction.
 func (m *Maintainer) switchDDL(lockTimeout time.Duration) []string {
-	inbox, frozen, adopting := m.t.Inbox, inboxdriver.FrozenName(m.t.Inbox), inboxdriver.AdoptingName(m.t.Inbox)
+	inbox, frozen, adopting := m.t.Inbox, FrozenName(m.t.Inbox), AdoptingName(m.t.Inbox)
 	renameIndex := func(from, to, suffix string) string {
 		return `ALTER INDEX IF EXISTS ` + m.qualify(inboxdriver.IndexName(from, suffix)) + ` RENAME TO ` + m.quote(inboxdriver.IndexName(to, suffix))
 	}
@@ -220,7 +220,7 @@ func (m *Maintainer) frozenState(ctx context.Context) (*inboxtype.FrozenInbox, e
 	err := m.db.Query(ctx, `SELECT c.relname::text, c.reltuples::bigint, coalesce(pg_total_relation_size(c.oid), 0),
        EXISTS (SELECT FROM pg_trigger t WHERE t.tgrelid = to_regclass($2) AND t.tgname = $3)
   FROM pg_class c WHERE c.oid = to_regclass($1) AND c.relkind = 'r'`,
-		[]any{m.qualify(inboxdriver.FrozenName(m.t.Inbox)), m.parent, inboxdriver.FrozenCheckName(m.t.Inbox)},
+		[]any{m.qualify(FrozenName(m.t.Inbox)), m.parent, FrozenCheckName(m.t.Inbox)},
 		func(scan func(...any) error) error {
 			f = &inboxtype.FrozenInbox{}
 			return scan(&f.Name, &f.Rows, &f.Bytes, &f.Consulted)
@@ -238,7 +238,7 @@ const frozenAhead = 10 * 365 * day
 // partition, and before now plus frozenAhead. It looks per consumer, down
 // the primary key, with a loose scan of the consumers' names.
 func (m *Maintainer) frozenInUse(ctx context.Context, from, now time.Time) (bool, error) {
-	frozen := m.qualify(inboxdriver.FrozenName(m.t.Inbox))
+	frozen := m.qualify(FrozenName(m.t.Inbox))
 	var n int64
 	err := m.db.Query(ctx, `WITH RECURSIVE c(name) AS (
     (SELECT consumer_name FROM `+frozen+` ORDER BY consumer_name LIMIT 1)
@@ -268,7 +268,7 @@ func (m *Maintainer) retireFrozen(ctx context.Context, f *inboxtype.FrozenInbox,
 	if dryRun {
 		return true, nil
 	}
-	check := inboxdriver.FrozenCheckName(m.t.Inbox)
+	check := FrozenCheckName(m.t.Inbox)
 	if f.Consulted {
 		err := m.db.Tx(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, inboxdriver.DefaultAdoptLockTimeout.Milliseconds()),
 			`DROP TRIGGER IF EXISTS `+m.quote(check)+` ON `+m.parent)
@@ -290,3 +290,14 @@ func (m *Maintainer) retireFrozen(ctx context.Context, f *inboxtype.FrozenInbox,
 	}
 	return true, nil
 }
+
+// FrozenName is the name of the frozen plain table of inbox.
+func FrozenName(inbox string) string { return inboxdriver.IndexName(inbox, "frozen") }
+
+// AdoptingName is the name of the partitioned table that an adoption
+// makes beside the plain inbox, before the switch.
+func AdoptingName(inbox string) string { return inboxdriver.IndexName(inbox, "adopting") }
+
+// FrozenCheckName is the name of the trigger, and of its function, that
+// looks a new row of the inbox up in its frozen table.
+func FrozenCheckName(inbox string) string { return inboxdriver.IndexName(inbox, "frozen_check") }
