@@ -439,8 +439,10 @@ func TestConnectionLossMidBatch(t *testing.T) {
 	})
 	waitClosed(t, "the connection to be cut mid-batch", cut)
 	eventually(t, "every event applied", func() bool { return len(h.effectOrder()) >= n })
+	// The cut may fall in the last batch, whose commit needs no broker:
+	// every event is then applied before the consumer has dialled again.
+	eventually(t, "the consumer dialled again", func() bool { return r.dials.Load() >= 2 })
 	r.stop()
-	require.GreaterOrEqual(t, r.dials.Load(), int32(2), "the consumer dialled again")
 
 	// What the consumer left unacknowledged is back in the queue: each is
 	// a delivery of an event already applied, and a skip.
