@@ -24,7 +24,27 @@ const (
 	// human checks with the provider, settles the step with
 	// Admin.ResolveEffect, and replays the dead letter.
 	ReasonUnknownOutcome = "unknown_outcome"
+	// ReasonCrashedConsumer is a message that took its consumer down (an
+	// out-of-memory kill, a panic on a goroutine the handler started,
+	// os.Exit in a dependency) every time it ran: it was the first message
+	// after several takeovers in a row, and none of them got past it. Its
+	// handler was not run the last time. Replaying the dead letter runs it
+	// again, deliberately. The transport adapters' takeover ledger
+	// (inboxtransport.Ledger) dead-letters it.
+	ReasonCrashedConsumer = "crashed_consumer"
 )
+
+// KnownReason reports whether r is one of the reasons this module's code
+// dead-letters with (the Reason constants), and not a caller's own: a
+// metric labels only these, so that its labels stay a bounded set.
+func KnownReason(r string) bool {
+	switch r {
+	case ReasonNoID, ReasonMalformedID, ReasonPermanent, ReasonMaxAttempts, ReasonUnknownOutcome,
+		ReasonExpiredID, ReasonFutureID, ReasonNotTimeOrdered, ReasonCrashedConsumer:
+		return true
+	}
+	return false
+}
 
 // DeadLetterReason names the reason to store for a message that failed with
 // err and will not be retried: ReasonNoID, ReasonMalformedID,

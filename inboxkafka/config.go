@@ -77,7 +77,7 @@ type Config struct {
 	// process first, and clears that only when it stops cleanly; once the
 	// same record has been the first after MaxCrashes takeovers in a row
 	// that found the owner before gone down, it is dead-lettered with
-	// inboxtransport.ReasonCrashedConsumer, without running its handler, and the
+	// inbox.ReasonCrashedConsumer, without running its handler, and the
 	// partition moves on. After any crash the next owner processes
 	// 2×MaxBatch records one at a time, each offset committed at once, so
 	// that a crash is pinned to its record and the healthy records around

@@ -24,7 +24,6 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxpgx"
-	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
 )
@@ -172,7 +171,7 @@ func TestCrashPoisonIsDeadLettered(t *testing.T) {
 	}
 	dl, err := deadLettered()
 	require.NoError(t, err)
-	require.Equal(t, inboxtransport.ReasonCrashedConsumer, dl.Reason)
+	require.Equal(t, inbox.ReasonCrashedConsumer, dl.Reason)
 	require.Equal(t, poison, dl.MessageID)
 	require.Equal(t, inboxkafka.DefaultMaxCrashes, dl.Attempts, "the dead letter carries how many takeovers the record crashed")
 	require.GreaterOrEqual(t, crashes, inboxkafka.DefaultMaxCrashes)

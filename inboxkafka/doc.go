@@ -115,7 +115,7 @@
 // one write when it takes a partition, one when it stops cleanly, none per
 // record. After Config.MaxCrashes takeovers in a row that found the record
 // first and the owner before gone down, the record is dead-lettered with
-// inboxtransport.ReasonCrashedConsumer, without running its handler, its attempts
+// inbox.ReasonCrashedConsumer, without running its handler, its attempts
 // being the crash count, and the partition moves on. After any crash the
 // next owner processes 2×MaxBatch records one at a time, so that the crash
 // is pinned to its record and the records around it are applied. Replaying

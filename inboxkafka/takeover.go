@@ -90,7 +90,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		}
 		r.tr.Message = msg
 		for {
-			err := c.policy.DeadLetter(p.ctx, r, inboxtransport.ReasonCrashedConsumer, cause, crashes)
+			err := c.policy.DeadLetter(p.ctx, r, inbox.ReasonCrashedConsumer, cause, crashes)
 			if err == nil {
 				break
 			}

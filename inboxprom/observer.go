@@ -3,9 +3,8 @@ package inboxprom
 import (
 	"context"
 	"errors"
-
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/inboxtransport"
+
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -56,12 +55,10 @@ func (o *Observer) DeadLettered(ctx context.Context, e *inbox.DeadLetterEvent) {
 }
 
 // DeadLetterReason bounds a dead letter's reason to the codes package
-// inbox defines, and "other": a reason of the caller's own is not a label.
+// inbox defines (inbox.KnownReason), and "other": a reason of the
+// caller's own is not a label.
 func DeadLetterReason(r string) string {
-	switch r {
-	case inbox.ReasonNoID, inbox.ReasonMalformedID, inbox.ReasonPermanent, inbox.ReasonMaxAttempts,
-		inbox.ReasonUnknownOutcome, inbox.ReasonExpiredID, inbox.ReasonFutureID, inbox.ReasonNotTimeOrdered,
-		inboxtransport.ReasonCrashedConsumer:
+	if inbox.KnownReason(r) {
 		return r
 	}
 	return "other"

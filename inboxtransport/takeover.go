@@ -9,14 +9,6 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
-// ReasonCrashedConsumer is the reason of a message that took its consumer
-// down (an out-of-memory kill, a panic on a goroutine the handler started,
-// os.Exit in a dependency) every time it ran: it was the first message after
-// several takeovers in a row, and none of them got past it. Its handler was
-// not run the last time. Replaying the dead letter runs it again,
-// deliberately.
-const ReasonCrashedConsumer = "crashed_consumer"
-
 // Takeover is what the takeover ledger knew when a consumer took over a
 // source.
 type Takeover struct {

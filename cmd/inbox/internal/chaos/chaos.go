@@ -100,7 +100,7 @@ type Config struct {
 	// CrashPoison is how many events take down any consumer that applies
 	// them, half by exiting in the handler, half by a panic on a goroutine
 	// the handler started. The run must end with exactly those events
-	// dead-lettered as inboxtransport.ReasonCrashedConsumer, and every other event
+	// dead-lettered as inbox.ReasonCrashedConsumer, and every other event
 	// applied once. Only Kafka's adapter bounds them itself (the takeover
 	// ledger); the other brokers bound them with their own delivery count
 	// and dead-letter queue, which the in-process brokers do not model.

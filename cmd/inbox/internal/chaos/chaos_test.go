@@ -15,7 +15,6 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb needs
 
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -109,7 +108,7 @@ func TestTallyCrashPoison(t *testing.T) {
 	events := []event{{ID: "a", Account: 1, Amount: 10}, {ID: "p", Account: 1, Amount: 99, Crash: crashInHandler},
 		{ID: "q", Account: 2, Amount: 5, Crash: crashInGoroutine}, {ID: "h", Account: 2, Amount: 1}}
 	res := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
-	dead := map[string]string{"p": inboxtransport.ReasonCrashedConsumer, "q": inbox.ReasonMaxAttempts, "h": inbox.ReasonPermanent}
+	dead := map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonMaxAttempts, "h": inbox.ReasonPermanent}
 	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, res)
 	require.Equal(t, 1, res.CrashPoisonDeadLettered, "q was dead-lettered for another reason")
 	require.Equal(t, 1, res.DeadLetteredHealthy, "h only: the crash-poison dead letters are not healthy events")
@@ -122,7 +121,7 @@ func TestTallyCrashPoison(t *testing.T) {
 
 	// Intended dead letters only: the run is OK.
 	ok := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
-	dead = map[string]string{"p": inboxtransport.ReasonCrashedConsumer, "q": inboxtransport.ReasonCrashedConsumer}
+	dead = map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonCrashedConsumer}
 	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, ok)
 	require.Equal(t, 2, ok.CrashPoisonDeadLettered)
 	require.Zero(t, ok.DeadLetteredHealthy)
@@ -130,7 +129,7 @@ func TestTallyCrashPoison(t *testing.T) {
 
 	// A dead letter of no event of the run is no intended one either.
 	stray := &Result{Events: len(events), CrashPoisonSent: 2, InboxRows: 2}
-	dead = map[string]string{"p": inboxtransport.ReasonCrashedConsumer, "q": inboxtransport.ReasonCrashedConsumer, "x": inbox.ReasonMalformedID}
+	dead = map[string]string{"p": inbox.ReasonCrashedConsumer, "q": inbox.ReasonCrashedConsumer, "x": inbox.ReasonMalformedID}
 	tally(events, map[string]int{"a": 1, "h": 1}, map[int]int64{1: 10, 2: 1}, dead, stray)
 	require.Equal(t, 1, stray.DeadLetteredHealthy)
 	require.Contains(t, stray.failure(), "dead letter x")

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"github.com/txinbox/inbox"
 	"math/rand/v2"
 	"strings"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
-	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -211,7 +211,7 @@ func tally(events []event, applied map[string]int, balances map[int]int64, dead 
 	for _, e := range events {
 		sent[e.ID] = true
 		if e.Crash != "" {
-			if dead[e.ID] == inboxtransport.ReasonCrashedConsumer {
+			if dead[e.ID] == inbox.ReasonCrashedConsumer {
 				res.CrashPoisonDeadLettered++
 			}
 			if applied[e.ID] > 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/txinbox/inbox"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/cmd/inbox/internal/child"
-	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // supervisor runs the consumer processes: it starts them, restarts those
@@ -244,7 +244,7 @@ func (s *supervisor) readOutcome(line string) {
 		if _, err := fmt.Sscanf(line, "tx %d %d", &applied, &dups); err == nil && dups > 0 {
 			s.count(func(r *Result) { r.DuplicatesSkipped += dups })
 		}
-	case strings.HasPrefix(line, "dead ") && strings.HasSuffix(line, " "+inboxtransport.ReasonCrashedConsumer):
+	case strings.HasPrefix(line, "dead ") && strings.HasSuffix(line, " "+inbox.ReasonCrashedConsumer):
 		// A crash-poison event, as it must be; the check at the end
 		// makes sure that it is one (tally).
 	case strings.HasPrefix(line, "dead "):
