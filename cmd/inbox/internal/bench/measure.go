@@ -26,6 +26,23 @@ type run struct {
 
 func (r run) rate() float64 { return r.msgsPerS }
 
+// join is the baseline of two runs, one before and one after what is
+// measured against it: the rate of the two weighted by their lengths, and
+// the latencies of both. A baseline on both sides of the measured stretch
+// does not lean on the way the machine drifts.
+func join(before, after run) run {
+	r := run{
+		msgs:    before.msgs + after.msgs,
+		ops:     before.ops + after.ops,
+		elapsed: before.elapsed + after.elapsed,
+		lat:     append(append([]time.Duration(nil), before.lat...), after.lat...),
+	}
+	if r.elapsed > 0 {
+		r.msgsPerS = (before.msgsPerS*before.elapsed.Seconds() + after.msgsPerS*after.elapsed.Seconds()) / r.elapsed.Seconds()
+	}
+	return r
+}
+
 // drive runs r's op on n workers until stop is closed, and returns what
 // they did. The first failing op stops every worker and is the error.
 func (b *bench) drive(ctx context.Context, r *row, n int, ids idKind, stop <-chan struct{}) (run, error) {
@@ -164,15 +181,18 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 			}
 		}
 	}
+	units := groupCells(cells)
 	for round := range b.cfg.Rounds {
 		b.logf("round %d of %d", round+1, b.cfg.Rounds)
-		for _, i := range rng.Perm(len(cells)) {
-			c := cells[i]
-			r, u, err := b.measured(ctx, c.row, c.workers, idV7, b.cfg.Duration)
-			if err != nil {
-				return nil, err
+		for _, i := range rng.Perm(len(units)) {
+			for _, j := range rng.Perm(len(units[i])) {
+				c := units[i][j]
+				r, u, err := b.measured(ctx, c.row, c.workers, idV7, b.cfg.Duration)
+				if err != nil {
+					return nil, err
+				}
+				c.add(r, u)
 			}
-			c.add(r, u)
 		}
 	}
 	inboxBytes, err := b.bytesPerRow(ctx, b.pg.inboxTable)
@@ -194,6 +214,9 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 			MinRate:  round1(slices.Min(c.rates)),
 			MaxRate:  round1(slices.Max(c.rates)),
 		}
+		for _, x := range c.rates {
+			res.RoundRates = append(res.RoundRates, round1(x))
+		}
 		if c.row.postgres && len(c.wal) > 0 {
 			res.WALBytesPerMsg = ptr(round1(max(slices.Min(c.wal), 0)))
 		}
@@ -207,6 +230,38 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 		results = append(results, res)
 	}
 	return results, nil
+}
+
+// groupCells splits cells into the units a round runs in one piece: the
+// cells of a ratio group (ratioGroups) at the same worker count, and every
+// other cell alone.
+func groupCells(cells []*cell) [][]*cell {
+	group := func(name string) int {
+		for i, g := range ratioGroups {
+			if slices.Contains(g, name) {
+				return i
+			}
+		}
+		return -1
+	}
+	type key struct{ group, workers int }
+	at := map[key]int{}
+	var units [][]*cell
+	for _, c := range cells {
+		g := group(c.row.name)
+		if g < 0 {
+			units = append(units, []*cell{c})
+			continue
+		}
+		k := key{g, c.workers}
+		if i, ok := at[k]; ok {
+			units[i] = append(units[i], c)
+			continue
+		}
+		at[k] = len(units)
+		units = append(units, []*cell{c})
+	}
+	return units
 }
 
 // bytesPerRow is the size of a table with its indexes over its row count.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -98,4 +99,54 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, c.validate())
 	c = Full()
 	require.NoError(t, c.validate())
+}
+
+func TestRateRatio(t *testing.T) {
+	t.Parallel()
+	// Round by round: the machine ran at half speed in round 2, for both.
+	x := &Result{MsgsPerS: 90, RoundRates: []float64{100, 50, 90}}
+	y := &Result{MsgsPerS: 100, RoundRates: []float64{100, 100, 100}}
+	require.Equal(t, 0.9, rateRatio(x, y))
+	y.RoundRates = []float64{110, 50, 100}
+	require.Equal(t, 100.0/110, rateRatio(x, y), "the median of 0.91, 1 and 0.9")
+	// Without rates per round, or with rounds that differ in number: the
+	// ratio of the medians.
+	require.Equal(t, 0.9, rateRatio(&Result{MsgsPerS: 9}, &Result{MsgsPerS: 10}))
+	require.Equal(t, 0.5, rateRatio(&Result{MsgsPerS: 5, RoundRates: []float64{1}}, &Result{MsgsPerS: 10, RoundRates: []float64{1, 2}}))
+}
+
+func TestGroupCells(t *testing.T) {
+	t.Parallel()
+	var cells []*cell
+	for _, name := range []string{"bare", "inbox-sqlite", "inbox", "kafka-inbox-batch-100", "watermill-sql-exactly-once"} {
+		for _, w := range []int{1, 8} {
+			cells = append(cells, &cell{row: &row{name: name}, workers: w})
+		}
+	}
+	var got [][]string
+	for _, u := range groupCells(cells) {
+		var names []string
+		for _, c := range u {
+			names = append(names, c.row.name+"@"+strconv.Itoa(c.workers))
+		}
+		got = append(got, names)
+	}
+	require.Equal(t, [][]string{
+		{"bare@1", "inbox@1"}, {"bare@8", "inbox@8"},
+		{"inbox-sqlite@1"}, {"inbox-sqlite@8"},
+		{"kafka-inbox-batch-100@1", "watermill-sql-exactly-once@1"}, {"kafka-inbox-batch-100@8", "watermill-sql-exactly-once@8"},
+	}, got)
+}
+
+// TestRatioGroupsNameRows keeps ratioGroups in step with the rows: a
+// renamed row would otherwise drop out of its group unnoticed.
+func TestRatioGroupsNameRows(t *testing.T) {
+	t.Parallel()
+	for _, g := range ratioGroups {
+		for _, name := range g {
+			if findRow(name) == nil {
+				t.Errorf("ratioGroups names %q, which is no row", name)
+			}
+		}
+	}
 }

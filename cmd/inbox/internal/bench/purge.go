@@ -91,15 +91,7 @@ func (b *bench) runPurge(ctx context.Context) (*PurgeResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	without := run{
-		msgs:    before.msgs + after.msgs,
-		ops:     before.ops + after.ops,
-		elapsed: before.elapsed + after.elapsed,
-		// The rate of the two halves, weighted by their lengths.
-		msgsPerS: (before.msgsPerS*before.elapsed.Seconds() + after.msgsPerS*after.elapsed.Seconds()) /
-			(before.elapsed + after.elapsed).Seconds(),
-		lat: append(append([]time.Duration(nil), before.lat...), after.lat...),
-	}
+	without := join(before, after)
 	res := &PurgeResult{
 		Rows:          purged,
 		BatchSize:     cleaner.Config().PurgeBatchSize,

@@ -129,7 +129,7 @@ func (r *Report) telemetryRatios() []Ratio {
 			if base == nil || base.MsgsPerS == 0 {
 				continue
 			}
-			v, noise := x.MsgsPerS/base.MsgsPerS, base.MinRate/base.MsgsPerS
+			v, noise := rateRatio(x, base), base.MinRate/base.MsgsPerS
 			out = append(out, Ratio{
 				Name:  fmt.Sprintf("%s ÷ inbox-batch-100, msgs/s at %d %s (≥ the baseline's slowest round ÷ its median, %.2f)", x.Name, x.Workers, workersWord(x.Workers), noise),
 				Value: round2(v), Want: round2(noise), Met: v >= noise,

@@ -289,7 +289,7 @@ func (r *Report) watermillRatios(get func(name string, workers int) *Result) []R
 		if x == nil || y == nil || y.MsgsPerS == 0 {
 			continue
 		}
-		v := x.MsgsPerS / y.MsgsPerS
+		v := rateRatio(x, y)
 		out = append(out, Ratio{Name: fmt.Sprintf("kafka-inbox-batch-100 ÷ watermill-sql-exactly-once, msgs/s at %d %s (≥ 5)", w, workersWord(w)),
 			Value: round2(v), Want: 5, Met: v >= 5})
 	}
@@ -297,7 +297,7 @@ func (r *Report) watermillRatios(get func(name string, workers int) *Result) []R
 	// same Process and handler under the middleware, in time per message.
 	x, y := get("inbox-handler", 1), get("watermill-middleware", 1)
 	if x != nil && y != nil && y.MsgsPerS > 0 {
-		v := x.MsgsPerS / y.MsgsPerS
+		v := rateRatio(x, y)
 		out = append(out, Ratio{Name: "inbox-handler ÷ watermill-middleware, msgs/s at 1 worker (≤ 1.10: at most 10% added)",
 			Value: round2(v), Want: 1.10, Met: v <= 1.10, LessIsBetter: true})
 	}
