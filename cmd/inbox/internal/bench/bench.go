@@ -267,10 +267,12 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if err := b.openAll(ctx); err != nil {
 		return nil, err
 	}
-	rep = &Report{Machine: b.machine(ctx), Settings: b.settings(), Skipped: b.skipped}
+	rep = &Report{Machine: b.machine(ctx)}
 	if rep.Results, err = b.runRows(ctx, rng); err != nil {
 		return nil, err
 	}
+	// The rows run are known once the background resources were opened.
+	rep.Settings, rep.Skipped = b.settings(), b.skipped
 	if cfg.PurgeRows > 0 {
 		if rep.Purge, err = b.runPurge(ctx); err != nil {
 			return nil, err
@@ -344,14 +346,15 @@ func (b *bench) connect(ctx context.Context) error {
 	return b.pg.setup(ctx, b)
 }
 
-// openAll opens the resources the rows need. A resource that cannot be
-// reached (an unavailableError) leaves out the rows that need it, and is
+// openAll opens the resources the rows need, but for the background ones,
+// which runRows opens for the rows that need them. A resource that cannot
+// be reached (an unavailableError) leaves out the rows that need it, and is
 // reported; any other failure fails the run.
 func (b *bench) openAll(ctx context.Context) error {
 	failed := map[*resource]error{}
 	for _, r := range b.rows {
 		for _, res := range r.needs {
-			if _, ok := failed[res]; ok {
+			if _, ok := failed[res]; ok || res.background {
 				continue
 			}
 			if err := b.open(ctx, res); err != nil {
@@ -362,8 +365,15 @@ func (b *bench) openAll(ctx context.Context) error {
 			}
 		}
 	}
+	b.leaveOut(failed)
+	return nil
+}
+
+// leaveOut removes from the run the rows that need a resource that failed,
+// and reports them.
+func (b *bench) leaveOut(failed map[*resource]error) {
 	if len(failed) == 0 {
-		return nil
+		return
 	}
 	kept := b.rows[:0:0]
 	for _, r := range b.rows {
@@ -382,7 +392,6 @@ func (b *bench) openAll(ctx context.Context) error {
 		b.skipped = append(b.skipped, Skipped{Row: r.name, Reason: why.Error()})
 	}
 	b.rows = kept
-	return nil
 }
 
 // open opens a resource a row needs, once.

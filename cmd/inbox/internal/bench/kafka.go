@@ -30,7 +30,8 @@ type kafkaStore struct {
 }
 
 var kafkaResource = &resource{
-	name: "kafka",
+	name:       "kafka",
+	background: true,
 	open: func(ctx context.Context, b *bench) (func(), error) {
 		k := &kafkaStore{topic: "bench", done: map[int32]int64{}}
 		k.cond = sync.NewCond(&k.mu)

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -165,36 +167,40 @@ func cpuPerMsg(d time.Duration, msgs int64) *float64 {
 	return ptr(round1(float64(d.Microseconds()) / float64(msgs)))
 }
 
-// runRows warms every cell up, then runs the rounds, each in a new order.
+// runRows runs the rows in phases: first those that need no background
+// resource, then, for each set of background resources, the rows that need
+// them, with only those open. In each phase it warms every cell up, then
+// runs the rounds, each in a new order.
 func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 	var cells []*cell
-	for _, r := range b.rows {
-		for _, n := range b.cfg.Workers {
-			cells = append(cells, &cell{row: r, workers: n})
+	for _, ph := range phases(b.rows) {
+		closeFn, err := b.openPhase(ctx, ph.background)
+		if err != nil {
+			return nil, err
 		}
-	}
-	if b.cfg.Warmup > 0 {
-		b.logf("warm-up: %d rows × %d worker counts, %v each", len(b.rows), len(b.cfg.Workers), b.cfg.Warmup)
-		for _, c := range cells {
-			if _, err := b.timed(ctx, c.row, c.workers, idV7, b.cfg.Warmup); err != nil {
-				return nil, err
+		var phase []*cell
+		for _, r := range ph.rows {
+			if !slices.Contains(b.rows, r) {
+				continue // left out: a resource of its phase failed
+			}
+			for _, n := range b.cfg.Workers {
+				phase = append(phase, &cell{row: r, workers: n})
 			}
 		}
-	}
-	units := groupCells(cells)
-	for round := range b.cfg.Rounds {
-		b.logf("round %d of %d", round+1, b.cfg.Rounds)
-		for _, i := range rng.Perm(len(units)) {
-			for _, j := range rng.Perm(len(units[i])) {
-				c := units[i][j]
-				r, u, err := b.measured(ctx, c.row, c.workers, idV7, b.cfg.Duration)
-				if err != nil {
-					return nil, err
-				}
-				c.add(r, u)
-			}
+		if len(ph.background) > 0 && len(phase) > 0 {
+			b.logf("the rows that need %s, with only that open", resourceNames(ph.background))
 		}
+		err = b.runPhase(ctx, rng, phase)
+		closeFn()
+		if err != nil {
+			return nil, err
+		}
+		cells = append(cells, phase...)
 	}
+	// The results in table order.
+	slices.SortStableFunc(cells, func(x, y *cell) int {
+		return cmp.Compare(slices.Index(b.rows, x.row), slices.Index(b.rows, y.row))
+	})
 	inboxBytes, err := b.bytesPerRow(ctx, b.pg.inboxTable)
 	if err != nil {
 		return nil, err
@@ -230,6 +236,125 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 		results = append(results, res)
 	}
 	return results, nil
+}
+
+// runPhase warms cells up, then runs the rounds over them.
+func (b *bench) runPhase(ctx context.Context, rng *rand.Rand, cells []*cell) error {
+	if len(cells) == 0 {
+		return nil
+	}
+	if b.cfg.Warmup > 0 {
+		b.logf("warm-up: %d cells (rows × worker counts), %v each", len(cells), b.cfg.Warmup)
+		for _, c := range cells {
+			if _, err := b.timed(ctx, c.row, c.workers, idV7, b.cfg.Warmup); err != nil {
+				return err
+			}
+		}
+	}
+	units := groupCells(cells)
+	for round := range b.cfg.Rounds {
+		b.logf("round %d of %d", round+1, b.cfg.Rounds)
+		for _, i := range rng.Perm(len(units)) {
+			for _, j := range rng.Perm(len(units[i])) {
+				c := units[i][j]
+				r, u, err := b.measured(ctx, c.row, c.workers, idV7, b.cfg.Duration)
+				if err != nil {
+					return err
+				}
+				c.add(r, u)
+			}
+		}
+	}
+	return nil
+}
+
+// phase is rows that run together, with their background resources open.
+type phase struct {
+	background []*resource
+	rows       []*row
+}
+
+// phases splits rows by the background resources they need, with a ratio
+// group's rows (ratioGroups) together in one phase, which opens what any
+// of them needs. The phase of the rows that need none comes first.
+func phases(rows []*row) []phase {
+	bg := func(r *row) []*resource {
+		var out []*resource
+		for _, res := range r.needs {
+			if res.background {
+				out = append(out, res)
+			}
+		}
+		return out
+	}
+	var out []phase
+	at := map[string]int{"": 0}
+	out = append(out, phase{})
+	for _, r := range rows {
+		need := bg(r)
+		for _, g := range ratioGroups {
+			if !slices.Contains(g, r.name) {
+				continue
+			}
+			for _, other := range rows {
+				if slices.Contains(g, other.name) {
+					for _, res := range bg(other) {
+						if !slices.Contains(need, res) {
+							need = append(need, res)
+						}
+					}
+				}
+			}
+		}
+		slices.SortFunc(need, func(x, y *resource) int { return cmp.Compare(x.name, y.name) })
+		key := resourceNames(need)
+		i, ok := at[key]
+		if !ok {
+			i = len(out)
+			at[key] = i
+			out = append(out, phase{background: need})
+		}
+		out[i].rows = append(out[i].rows, r)
+	}
+	return out
+}
+
+func resourceNames(rs []*resource) string {
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.name
+	}
+	return strings.Join(names, ", ")
+}
+
+// openPhase opens a phase's background resources, and returns the function
+// that closes them. One that cannot be reached leaves out the rows that
+// need it, as openAll does.
+func (b *bench) openPhase(ctx context.Context, rs []*resource) (func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	failed := map[*resource]error{}
+	for _, res := range rs {
+		b.logf("open %s", res.name)
+		closeFn, err := res.open(ctx, b)
+		if err != nil {
+			if !isUnavailable(err) {
+				closeAll()
+				return nil, fmt.Errorf("bench: %s: %w", res.name, err)
+			}
+			failed[res] = err
+			continue
+		}
+		if closeFn != nil {
+			closers = append(closers, closeFn)
+		}
+	}
+	b.leaveOut(failed)
+	return closeAll, nil
 }
 
 // groupCells splits cells into the units a round runs in one piece: the

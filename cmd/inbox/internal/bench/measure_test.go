@@ -2,6 +2,7 @@ package bench
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +147,39 @@ func TestRatioGroupsNameRows(t *testing.T) {
 		for _, name := range g {
 			if findRow(name) == nil {
 				t.Errorf("ratioGroups names %q, which is no row", name)
+			}
+		}
+	}
+}
+
+func TestPhases(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, r := range rows {
+		names = append(names, r.name)
+	}
+	var got []string
+	for _, ph := range phases(rows) {
+		var rs []string
+		for _, r := range ph.rows {
+			rs = append(rs, r.name)
+		}
+		got = append(got, "["+resourceNames(ph.background)+"] "+strings.Join(rs, " "))
+	}
+	// The rows that need no background resource first, bare and what is
+	// compared with it among them; kafka with watermill-sql, whose ratio
+	// compares them; each broker with its pair.
+	require.Len(t, got, 4)
+	require.Contains(t, got[0], "[] bare check-then-insert redis-setnx inbox inbox-handler")
+	require.Contains(t, got[0], "outbox-enqueue-1")
+	require.Contains(t, got[0], "watermill-middleware")
+	require.Equal(t, "[kafka, watermill-sql] kafka-inbox-batch-100 watermill-sql-exactly-once", got[1])
+	require.Equal(t, "[nats] nats-bare-ack nats-inbox-batch-100", got[2])
+	require.Equal(t, "[rabbitmq] rabbitmq-bare-ack rabbitmq-inbox-batch-100", got[3])
+	for _, r := range rows {
+		for _, res := range r.needs {
+			if res.background {
+				require.NotContains(t, got[0], " "+r.name+" ", "a row that needs %s runs without it open", res.name)
 			}
 		}
 	}

@@ -56,7 +56,8 @@ type natsLane struct {
 const natsStream = "BENCH"
 
 var natsResource = &resource{
-	name: "nats",
+	name:       "nats",
+	background: true,
 	open: func(ctx context.Context, b *bench) (func(), error) {
 		n := &natsStore{inbox: natsLane{t: newTracker()}, bare: natsLane{t: newTracker()}}
 		var closers []func()

@@ -47,7 +47,8 @@ type rabbitLane struct {
 }
 
 var rabbitResource = &resource{
-	name: "rabbitmq",
+	name:       "rabbitmq",
+	background: true,
 	open: func(ctx context.Context, b *bench) (func(), error) {
 		r := &rabbitStore{url: b.cfg.AMQPURL, inbox: rabbitLane{t: newTracker()}, bare: rabbitLane{t: newTracker()}}
 		var closers []func()

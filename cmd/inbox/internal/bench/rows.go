@@ -42,6 +42,11 @@ type row struct {
 type resource struct {
 	name string
 	open func(ctx context.Context, b *bench) (close func(), err error)
+	// background marks a resource that works while it is open, whatever
+	// row runs: a broker in this process, consumers that poll. It is
+	// opened only for the rows that need it (runRows), so that it takes
+	// no CPU from the others' measurements.
+	background bool
 }
 
 // rows are every row, in the order of the results.

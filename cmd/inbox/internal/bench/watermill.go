@@ -45,7 +45,8 @@ type watermillSQL struct {
 }
 
 var watermillSQLResource = &resource{
-	name: "watermill-sql",
+	name:       "watermill-sql",
+	background: true,
 	open: func(ctx context.Context, b *bench) (func(), error) {
 		schema := wsql.DefaultPostgreSQLSchema{
 			GenerateMessagesTableName: func(topic string) string { return b.table("watermill_" + topic) },
