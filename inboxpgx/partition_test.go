@@ -336,3 +336,50 @@ func TestPartitionedULIDs(t *testing.T) {
 	_, err := inbox.NewClient(plain, &inbox.Config{IDFormat: inbox.IDFormatULID})
 	require.ErrorContains(t, err, "IDFormat")
 }
+
+// TestPlainPurgeOfPartitionedInbox runs the plain layout's purge against a
+// table that has become a partitioned inbox, as a process configured before
+// an adoption would: its purge by ctid must not reach the partitions, where
+// the same ctids name other days' rows.
+func TestPlainPurgeOfPartitionedInbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := newPartitionedDriver(t)
+	c := newClient(t, d, nil)
+	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
+	// An old event, aged past the purge, and two new ones. Ageing the old
+	// row writes its new version second in its day's partition, where the
+	// second new event sits in today's: both at ctid (0,2).
+	old := inboxtest.NewIDAt(time.Now().Add(-20 * 24 * time.Hour))
+	recent := []string{inboxtest.NewID(), inboxtest.NewID()}
+	for _, id := range append([]string{old}, recent...) {
+		inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	}
+	require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", []string{old}, 40*24*time.Hour))
+	ctidOf := func(id string) string {
+		var ctid string
+		require.NoError(t, d.Pool().QueryRow(ctx, `SELECT ctid::text FROM `+pgx.Identifier{schema, partitionedTables.WithDefaults().Inbox}.Sanitize()+`
+ WHERE consumer_name = 'billing' AND message_id = $1`, id).Scan(&ctid))
+		return ctid
+	}
+	require.Equal(t, ctidOf(old), ctidOf(recent[1]), "the two rows at the same place in their partitions")
+
+	tables := partitionedTables
+	tables.Schema, tables.Layout = schema, inboxdriver.LayoutPlain
+	stale, err := inboxpgx.New(d.Pool(), &inboxpgx.Config{Tables: tables})
+	require.NoError(t, err)
+	n, err := newClient(t, stale, &inbox.Config{PurgeRest: -1}).Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for _, id := range append([]string{old}, recent...) {
+		inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	}
+
+	// The partitioned layout's own purge deletes the old row only.
+	n, err = newClient(t, d, &inbox.Config{PurgeRest: -1}).Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	for _, id := range recent {
+		inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	}
+}

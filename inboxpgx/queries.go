@@ -53,11 +53,16 @@ SELECT $1, id, now() FROM unnest($2::` + idArray + `) AS u(id)
 ON CONFLICT (consumer_name, message_id) DO NOTHING
 RETURNING message_id::text`,
 		// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple id.
-		// The effect-ledger entries of the purged messages go in the same
-		// statement.
+		// ONLY keeps it to this one table: a ctid names a row within one
+		// table, and should the name come to be a partitioned inbox's (a
+		// process still configured for the plain table after an
+		// adoption) the same ctids would match other days' rows, which
+		// must stay; ONLY finds no rows in a partitioned parent, so such a
+		// purge deletes nothing. The effect-ledger entries of the purged
+		// messages go in the same statement.
 		purge: `WITH purged AS (
-    DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM ` + inbox + `
+    DELETE FROM ONLY ` + inbox + ` WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM ONLY ` + inbox + `
          WHERE processed_at < now() - $1::bigint * interval '1 microsecond'
            AND ($2 = '' OR consumer_name = $2)
          LIMIT $3

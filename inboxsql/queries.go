@@ -141,11 +141,14 @@ RETURNING message_id`
 		case Postgres:
 			// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple
 			// id; SKIP LOCKED passes over rows that in-flight claims hold.
-			// The ledger entries of the purged messages go in the same
+			// ONLY keeps it to this one table, as in inboxpgx: on a name
+			// that has become a partitioned inbox's it deletes nothing,
+			// where the same ctids would match other days' rows. The
+			// ledger entries of the purged messages go in the same
 			// statement.
 			q.purge[i] = `WITH purged AS (
-    DELETE FROM ` + inbox + ` WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM ` + inbox + where + ` LIMIT ` + q.ph(n) + ` FOR UPDATE SKIP LOCKED))
+    DELETE FROM ONLY ` + inbox + ` WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM ONLY ` + inbox + where + ` LIMIT ` + q.ph(n) + ` FOR UPDATE SKIP LOCKED))
     RETURNING consumer_name, message_id
 ), effects AS (
     DELETE FROM ` + effects + ` AS e USING purged AS p

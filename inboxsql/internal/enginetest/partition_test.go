@@ -165,3 +165,52 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 	inboxtest.RequireApplied(t)(partC.Process(ctx, "billing", fresh, h))
 	inboxtest.RequireDuplicate(t)(plainC.Process(ctx, "billing", fresh, h))
 }
+
+// TestPlainPurgeOfPartitionedInbox runs the plain layout's purge against a
+// table that has become a partitioned inbox, as a process configured before
+// an adoption would: its purge by ctid must not reach the partitions, where
+// the same ctids name other days' rows.
+func TestPlainPurgeOfPartitionedInbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, tables := partitionedPostgres().newDriver(t)
+	c, err := inbox.NewClient(d, &inbox.Config{PurgeRest: -1})
+	require.NoError(t, err)
+	noop := inbox.HandlerFunc[*sql.Tx](func(context.Context, *sql.Tx, inbox.Message) error { return nil })
+	// An old event, aged past the purge, and two new ones. Ageing the old
+	// row writes its new version second in its day's partition, where the
+	// second new event sits in today's: both at ctid (0,2).
+	old := inboxtest.NewIDAt(time.Now().Add(-20 * 24 * time.Hour))
+	recent := []string{inboxtest.NewID(), inboxtest.NewID()}
+	for _, id := range append([]string{old}, recent...) {
+		inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	}
+	require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", []string{old}, 40*24*time.Hour))
+	inboxTable := tables.WithDefaults().Qualify(inboxdriver.DialectPostgres, tables.WithDefaults().Inbox)
+	ctidOf := func(id string) string {
+		var ctid string
+		require.NoError(t, d.DB().QueryRowContext(ctx, `SELECT ctid::text FROM `+inboxTable+` WHERE consumer_name = 'billing' AND message_id = $1`, id).Scan(&ctid))
+		return ctid
+	}
+	require.Equal(t, ctidOf(old), ctidOf(recent[1]), "the two rows at the same place in their partitions")
+
+	tables.Layout = inboxdriver.LayoutPlain
+	stale, err := inboxsql.New(d.DB(), engineOf(inboxsql.Postgres), &inboxsql.Config{Tables: tables})
+	require.NoError(t, err)
+	sc, err := inbox.NewClient(stale, &inbox.Config{PurgeRest: -1})
+	require.NoError(t, err)
+	n, err := sc.Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.Zero(t, n)
+	for _, id := range append([]string{old}, recent...) {
+		inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	}
+
+	// The partitioned layout's own purge deletes the old row only.
+	n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.EqualValues(t, 1, n)
+	for _, id := range recent {
+		inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	}
+}
