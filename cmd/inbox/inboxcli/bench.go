@@ -18,7 +18,7 @@ import (
 // stdout gets exactly one JSON object; progress goes to stderr.
 func runBench(ctx context.Context, e *Env, args []string) error {
 	fs := newFlags(e, "bench", "bench [--quick] [--json] [flags]")
-	quick := fs.Bool("quick", false, "a short run, under 90 seconds (fewer and shorter rounds, a smaller id comparison)")
+	quick := fs.Bool("quick", false, "a short run, about three minutes here (fewer and shorter rounds, a smaller purge and id comparison)")
 	asJSON := fs.Bool("json", false, "print one JSON object on stdout instead of Markdown tables")
 	dbURL := fs.String("database-url", "", "the Postgres server; a random schema is created in it and dropped at the end (default $TEST_DATABASE_URL, then "+bench.DefaultDatabaseURL+")")
 	redisAddr := fs.String("redis-addr", bench.DefaultRedisAddr, "the Redis of the redis-setnx row; empty leaves that row out")
