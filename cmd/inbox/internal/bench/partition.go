@@ -270,8 +270,8 @@ func (b *bench) alone(ctx context.Context, fill func(context.Context) error, op 
 
 // underLoad fills, then measures claims on table for Config.PurgeBaseline
 // with a long transaction open, then again while op runs, with a long
-// transaction open for Config.PurgeBaseline or until op is done. op runs
-// with the client's default rest, as a cleaner does.
+// transaction open for Config.PurgeBaseline or until op is done, then again
+// as at first. op runs with the client's default rest, as a cleaner does.
 func (b *bench) underLoad(ctx context.Context, side *pgxpool.Pool, table string, claims *row, fill func(context.Context) error,
 	op func(context.Context, float64) error, out *RetentionFigures) error {
 	if err := fill(ctx); err != nil {
@@ -284,19 +284,23 @@ func (b *bench) underLoad(ctx context.Context, side *pgxpool.Pool, table string,
 	hold := b.cfg.PurgeBaseline
 	// The baseline: claims with a long transaction open throughout, before
 	// the retention and again after it.
-	end, err := b.holdOpen(ctx, side, table, hold)
-	if err != nil {
-		return err
+	baseline := func() (run, error) {
+		end, err := b.holdOpen(ctx, side, table, hold)
+		if err != nil {
+			return run{}, err
+		}
+		r, err := b.timed(ctx, claims, n, idV7, hold)
+		if cerr := end(); err == nil {
+			err = cerr
+		}
+		return r, err
 	}
-	without, err := b.timed(ctx, claims, n, idV7, hold)
-	if cerr := end(); err == nil {
-		err = cerr
-	}
+	before, err := baseline()
 	if err != nil {
 		return err
 	}
 
-	end, err = b.holdOpen(ctx, side, table, hold)
+	end, err := b.holdOpen(ctx, side, table, hold)
 	if err != nil {
 		return err
 	}
@@ -322,20 +326,12 @@ func (b *bench) underLoad(ctx context.Context, side *pgxpool.Pool, table string,
 	if operr != nil {
 		return fmt.Errorf("bench: partitions: %w", operr)
 	}
-	// The baseline again after it, the long transaction open as before.
-	end, err = b.holdOpen(ctx, side, table, hold)
-	if err != nil {
-		return err
-	}
-	after, err := b.timed(ctx, claims, n, idV7, hold)
-	if cerr := end(); err == nil {
-		err = cerr
-	}
+	after, err := baseline()
 	if err != nil {
 		return err
 	}
 	out.UnderLoadS = round2(elapsed.Seconds())
-	out.Without, out.During = figures(join(without, after)), figures(during)
+	out.Without, out.During = figures(join(before, after)), figures(during)
 	if out.Without.P99Ms > 0 {
 		out.P99Ratio = round2(out.During.P99Ms / out.Without.P99Ms)
 	}
