@@ -191,7 +191,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 }
 
 // dropTrials is how many times the partition drop is measured under load.
-const dropTrials = 3
+const dropTrials = 5
 
 // medianTrial returns f with the under-load figures of the trial whose p99
 // ratio is the median, and every trial's ratio.
