@@ -14,12 +14,9 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
-	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -68,16 +65,9 @@ func serveAdmin(t *testing.T, env map[string]string, args ...string) string {
 func TestAdminServes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.Schema(t)
+	d, schema := migratedPgx(t)
 	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
 	db := []string{"--schema", schema}
-	code, _, stderr := run(t, env, append([]string{"migrate", "up"}, db...)...)
-	require.Equal(t, 0, code, stderr)
-	pool, err := pgxpool.New(ctx, testdb.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
 	c, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	id := inboxtest.NewID()

@@ -10,12 +10,10 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
@@ -24,17 +22,8 @@ import (
 
 func TestDeadLetters(t *testing.T) {
 	t.Parallel()
-	schema := testdb.Schema(t)
+	d, schema := migratedPgx(t)
 	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
-	pool, err := pgxpool.New(context.Background(), testdb.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
-	m, err := inboxmigrate.New(d)
-	require.NoError(t, err)
-	_, err = m.Up(context.Background())
-	require.NoError(t, err)
 	c, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	id := inboxtest.NewID()

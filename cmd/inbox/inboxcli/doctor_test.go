@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sirupsen/logrus"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -28,7 +27,6 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -132,16 +130,9 @@ func TestDoctorFresh(t *testing.T) {
 func TestDoctorFindings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := testdb.Schema(t)
+	d, schema := migratedPgx(t)
 	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
 	db := []string{"--schema", schema}
-	code, _, stderr := run(t, env, append([]string{"migrate", "up"}, db...)...)
-	require.Equal(t, 0, code, stderr)
-	pool, err := pgxpool.New(ctx, testdb.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
 	c, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: inboxtest.NewID()}, Err: inbox.Permanent(errors.New("no")), Attempts: 1}))
@@ -151,7 +142,7 @@ func TestDoctorFindings(t *testing.T) {
 	// The purge index dropped.
 	testdb.Exec(t, `DROP INDEX `+testdb.QuoteIdent(schema)+`.`+testdb.QuoteIdent(inboxdriver.IndexName("inbox", inboxdriver.IndexInboxProcessedAt)))
 	// A transaction that holds a snapshot.
-	tx, err := pool.Begin(ctx)
+	tx, err := d.Pool().Begin(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
 	_, err = tx.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`)

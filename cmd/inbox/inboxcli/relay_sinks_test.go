@@ -6,14 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/outbox"
@@ -24,16 +20,7 @@ import (
 func relayFixture(t *testing.T, topic string, n int) (ids []string, env map[string]string, with func(...string) []string) {
 	t.Helper()
 	ctx := context.Background()
-	schema := testdb.Schema(t)
-	pool, err := pgxpool.New(ctx, testdb.URL(t))
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
-	m, err := inboxmigrate.New(d)
-	require.NoError(t, err)
-	_, err = m.Up(ctx)
-	require.NoError(t, err)
+	d, schema := migratedPgx(t)
 	o, err := outbox.New(d, nil)
 	require.NoError(t, err)
 	for range n {

@@ -13,8 +13,6 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -25,14 +23,7 @@ import (
 func TestStatsListsStuckEffects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := inboxcli.SharedPool(t)
-	schema := testdb.Schema(t)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
-	m, err := inboxmigrate.New(d)
-	require.NoError(t, err)
-	_, err = m.Up(ctx)
-	require.NoError(t, err)
+	d, schema := migratedPgx(t)
 
 	now := time.Now()
 	stuckID, freshID, doneID := inboxtest.NewID(), inboxtest.NewID(), inboxtest.NewID()
