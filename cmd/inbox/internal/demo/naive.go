@@ -57,7 +57,13 @@ func (n *naive) life(ctx context.Context) error {
 		return err
 	}
 	defer sub.close()
-	end := len(n.s.records)
+	return drain(ctx, sub, len(n.s.records), func(batch []*record) error { return n.batch(ctx, sub, batch) })
+}
+
+// drain polls sub and hands each batch to fn until fn has taken the record
+// at index end-1, the stream's last. A batch is the next batchSize records,
+// or the rest at the end of the stream: the same batches on every run.
+func drain(ctx context.Context, sub subscription, end int, fn func(batch []*record) error) error {
 	var buf []*record
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -69,11 +75,9 @@ func (n *naive) life(ctx context.Context) error {
 			return err
 		}
 		buf = merge(buf, recs)
-		// A batch is the next batchSize records, or the rest at the end of
-		// the stream: the same batches on every run.
 		for len(buf) >= batchSize || (len(buf) > 0 && buf[len(buf)-1].index == end-1) {
 			batch := buf[:min(batchSize, len(buf))]
-			if err := n.batch(ctx, sub, batch); err != nil {
+			if err := fn(batch); err != nil {
 				return err
 			}
 			buf = buf[len(batch):]

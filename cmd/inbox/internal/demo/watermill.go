@@ -76,35 +76,15 @@ func (w *watermillDedup) life(ctx context.Context) error {
 		return err
 	}
 	defer sub.close()
-	end := len(w.s.records)
-	var buf []*record
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if time.Now().After(deadline) {
-			return errors.New("no progress for 60s")
-		}
-		recs, err := sub.poll(ctx)
-		if err != nil {
-			return err
-		}
-		buf = merge(buf, recs)
-		for len(buf) >= batchSize || (len(buf) > 0 && buf[len(buf)-1].index == end-1) {
-			batch := buf[:min(batchSize, len(buf))]
-			for _, rec := range batch {
-				current = rec
-				if err := deliver(ctx, handler, rec); err != nil {
-					return err
-				}
-			}
-			if err := sub.ack(ctx, batch); err != nil {
+	return drain(ctx, sub, len(w.s.records), func(batch []*record) error {
+		for _, rec := range batch {
+			current = rec
+			if err := deliver(ctx, handler, rec); err != nil {
 				return err
 			}
-			buf = buf[len(batch):]
-			if batch[len(batch)-1].index == end-1 {
-				return nil
-			}
 		}
-	}
+		return sub.ack(ctx, batch)
+	})
 }
 
 // deliver hands rec to handler as the Router does, until it is acked: a
