@@ -24,6 +24,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/internal/pgpartition"
+	"github.com/txinbox/inbox/internal/uuid"
 )
 
 // Config configures a Driver. The zero value is valid.
@@ -141,21 +142,21 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pg
 	bracket.queue(b, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
 		switch {
 		case plain:
-			q := b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.IDs[0])...)
+			q := b.Queue(d.q.claimPlain, append(opts, p.Consumer, d.idArg(p.IDs[0]))...)
 			q.Exec(func(pgconn.CommandTag) error {
 				claimed[0] = true
 				return nil
 			})
 			return q
 		case len(p.IDs) == 1:
-			q := b.Queue(d.q.claim, append(opts, p.Consumer, p.IDs[0])...)
+			q := b.Queue(d.q.claim, append(opts, p.Consumer, d.idArg(p.IDs[0]))...)
 			q.Exec(func(ct pgconn.CommandTag) error {
 				claimed[0] = ct.RowsAffected() == 1
 				return nil
 			})
 			return q
 		}
-		q := b.Queue(d.q.claimBatch, append(opts, p.Consumer, p.IDs)...)
+		q := b.Queue(d.q.claimBatch, append(opts, p.Consumer, d.idsArg(p.IDs))...)
 		q.Query(func(rows pgx.Rows) error { return scanClaimed(rows, p.IDs, claimed) })
 		return q
 	})
@@ -182,7 +183,7 @@ func (d *Driver) Claim(ctx context.Context, tx pgx.Tx, p *inboxdriver.ClaimParam
 	b := &pgx.Batch{}
 	claimed := make([]bool, len(p.IDs))
 	claim := func(b *pgx.Batch, opts ...any) {
-		b.Queue(d.q.claimBatch, append(opts, p.Consumer, p.IDs)...).Query(func(rows pgx.Rows) error {
+		b.Queue(d.q.claimBatch, append(opts, p.Consumer, d.idsArg(p.IDs))...).Query(func(rows pgx.Rows) error {
 			return scanClaimed(rows, p.IDs, claimed)
 		})
 	}
@@ -291,6 +292,36 @@ func rollback(ctx context.Context, tx pgx.Tx) {
 // outlives a cancelled ctx, for a bounded time.
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+// idArg is a message id as a statement's argument. A uuid column's id goes
+// as its 16 bytes, which pgx sends in binary and the server copies; as a
+// string it would go as text, for the server to parse.
+func (d *Driver) idArg(id string) any {
+	if d.tables.IDType == inboxdriver.IDTypeUUID {
+		if b, ok := uuid.Parse(id); ok {
+			return b
+		}
+	}
+	return id
+}
+
+// idsArg is ids as one array argument, as idArg has them. It matters more
+// than for one id: pgx has no binary form of a []string for uuid[], and
+// before it falls back to text it formats an error that quotes every id.
+func (d *Driver) idsArg(ids []string) any {
+	if d.tables.IDType != inboxdriver.IDTypeUUID {
+		return ids
+	}
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		b, ok := uuid.Parse(id)
+		if !ok {
+			return ids // not canonical: the server says what is wrong with it
+		}
+		out[i] = b
+	}
+	return out
 }
 
 // lockID hashes a lock name to an advisory lock key.

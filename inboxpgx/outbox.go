@@ -174,13 +174,13 @@ func (d *Driver) enqueueStatement(p *inboxdriver.OutboxEnqueueParams) (string, [
 	if n == 1 && !p.Ordered {
 		r := p.Rows[0]
 		if len(r.Headers) == 0 && r.CausationID == "" {
-			return d.oq.enqueueBare, []any{r.ID, r.Topic, r.Key, r.Payload, r.CreatedAt}, nil
+			return d.oq.enqueueBare, []any{d.idArg(r.ID), r.Topic, r.Key, r.Payload, r.CreatedAt}, nil
 		}
 		h, err := encodeHeaders(r.Headers)
 		if err != nil {
 			return "", nil, err
 		}
-		return d.oq.enqueueOne, []any{r.ID, r.Topic, r.Key, h, r.Payload, r.CausationID, r.CreatedAt}, nil
+		return d.oq.enqueueOne, []any{d.idArg(r.ID), r.Topic, r.Key, h, r.Payload, r.CausationID, r.CreatedAt}, nil
 	}
 	ids, topics, headers, causes := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	keys, payloads := make([][]byte, n), make([][]byte, n)
@@ -200,7 +200,7 @@ func (d *Driver) enqueueStatement(p *inboxdriver.OutboxEnqueueParams) (string, [
 	if n > 0 {
 		created = p.Rows[0].CreatedAt
 	}
-	return q, []any{ids, topics, keys, headers, payloads, causes, created}, nil
+	return q, []any{d.idsArg(ids), topics, keys, headers, payloads, causes, created}, nil
 }
 
 // OutboxClaim implements inboxdriver.OutboxAdmin: the ordered and the
@@ -227,9 +227,9 @@ func (d *Driver) OutboxAckClaim(ctx context.Context, a *inboxdriver.OutboxAckPar
 		return nil
 	}
 	if a.Keep {
-		b.Queue(d.oq.ackKeep, a.IDs, a.Token, a.Now).Exec(count)
+		b.Queue(d.oq.ackKeep, d.idsArg(a.IDs), a.Token, a.Now).Exec(count)
 	} else {
-		b.Queue(d.oq.ack, a.IDs, a.Token).Exec(count)
+		b.Queue(d.oq.ack, d.idsArg(a.IDs), a.Token).Exec(count)
 	}
 	out := d.queueClaims(b, p)
 	if err := d.pool.SendBatch(ctx, b).Close(); err != nil {
@@ -256,10 +256,10 @@ func (d *Driver) queueClaims(b *pgx.Batch, p *inboxdriver.OutboxClaimParams) *[]
 // OutboxAck implements inboxdriver.OutboxAdmin.
 func (d *Driver) OutboxAck(ctx context.Context, p *inboxdriver.OutboxAckParams) (int64, error) {
 	if p.Keep {
-		ct, err := d.pool.Exec(ctx, d.oq.ackKeep, p.IDs, p.Token, p.Now)
+		ct, err := d.pool.Exec(ctx, d.oq.ackKeep, d.idsArg(p.IDs), p.Token, p.Now)
 		return ct.RowsAffected(), err
 	}
-	ct, err := d.pool.Exec(ctx, d.oq.ack, p.IDs, p.Token)
+	ct, err := d.pool.Exec(ctx, d.oq.ack, d.idsArg(p.IDs), p.Token)
 	return ct.RowsAffected(), err
 }
 
@@ -271,7 +271,7 @@ func (d *Driver) OutboxReject(ctx context.Context, p *inboxdriver.OutboxRejectPa
 
 // OutboxRelease implements inboxdriver.OutboxAdmin.
 func (d *Driver) OutboxRelease(ctx context.Context, p *inboxdriver.OutboxReleaseParams) (int64, error) {
-	ct, err := d.pool.Exec(ctx, d.oq.release, p.IDs, p.Token, p.AvailableAt)
+	ct, err := d.pool.Exec(ctx, d.oq.release, d.idsArg(p.IDs), p.Token, p.AvailableAt)
 	return ct.RowsAffected(), err
 }
 

@@ -156,7 +156,7 @@ func (d *Driver) beginPipelined(ctx context.Context, p *inboxdriver.ClaimParams)
 			return nil, nil, false, nil
 		}
 		var seen bool
-		if err := d.pool.QueryRow(ctx, d.q.applied, p.Consumer, p.IDs[0]).Scan(&seen); err != nil {
+		if err := d.pool.QueryRow(ctx, d.q.applied, p.Consumer, d.idArg(p.IDs[0])).Scan(&seen); err != nil {
 			return nil, nil, true, d.claimError(ctx, p.IDs, err)
 		}
 		if seen {
@@ -210,9 +210,9 @@ func (t *pipeTx) commit(ctx context.Context) error {
 	restore := bracket.queue(b, func(b *pgx.Batch, opts ...any) *pgx.QueuedQuery {
 		var q *pgx.QueuedQuery
 		if len(p.IDs) == 1 {
-			q = b.Queue(d.q.claimPlain, append(opts, p.Consumer, p.IDs[0])...)
+			q = b.Queue(d.q.claimPlain, append(opts, p.Consumer, d.idArg(p.IDs[0]))...)
 		} else {
-			q = b.Queue(d.q.claimBatchPlain, append(opts, p.Consumer, p.IDs)...)
+			q = b.Queue(d.q.claimBatchPlain, append(opts, p.Consumer, d.idsArg(p.IDs))...)
 		}
 		q.Exec(func(pgconn.CommandTag) error {
 			claimRead = true

@@ -34,3 +34,25 @@ func TestV7IsTimeOrdered(t *testing.T) {
 	require.Less(t, a, b, "ids of later milliseconds sort after")
 	require.Equal(t, "018bcfe5-6800", a[:13], "the first 48 bits are the Unix milliseconds")
 }
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	for range 100 {
+		id := V4()
+		b, ok := Parse(id)
+		require.True(t, ok, id)
+		require.Equal(t, id, Format(b))
+	}
+	b, ok := Parse("2ED6657D-E927-568B-95E1-2665A8AEA6A2")
+	require.True(t, ok, "upper case")
+	require.Equal(t, "2ed6657d-e927-568b-95e1-2665a8aea6a2", Format(b))
+	for _, bad := range []string{
+		"", "2ed6657de927568b95e12665a8aea6a2", "{2ed6657d-e927-568b-95e1-2665a8aea6a2}",
+		"2ed6657d-e927-568b-95e1-2665a8aea6a", "2ed6657d-e927-568b-95e1-2665a8aea6a2a",
+		"2ed6657d_e927-568b-95e1-2665a8aea6a2", "2ed6657d-e927-568b-95e1-2665a8aea6g2",
+		"2ed6657d-e927-568b-95e1-2665a8aea6 2", "-ed6657d-e927-568b-95e1-2665a8aea6a2",
+	} {
+		_, ok := Parse(bad)
+		require.False(t, ok, bad)
+	}
+}
