@@ -58,8 +58,8 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		return nil, err
 	}
 	results := make([]BatchResult, len(msgs))
-	// Canonicalise the ids, here only, and keep the first message of each
-	// id; a later message with the same id takes the first one's result.
+	// Canonicalise the ids, here or in Client.Key, and keep the first
+	// message of each id; a later message with the same id takes the first one's result.
 	var first map[string]int
 	if len(msgs) > 1 {
 		first = make(map[string]int, len(msgs))
@@ -69,7 +69,7 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 	uniqueAt := make([]int, 0, len(msgs))
 	for i, m := range msgs {
 		firstOf[i] = -1
-		id, err := c.canonicalID(m.ID)
+		id, err := c.messageID(m)
 		if err != nil {
 			results[i].Err = idFailure(consumer, err)
 			continue
@@ -100,6 +100,15 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		}
 	}
 	return results, nil
+}
+
+// messageID is m's canonical id: its ID as Client.Key left it, or else
+// canonicalised here.
+func (a *Admin) messageID(m Message) (string, error) {
+	if m.ID != "" && m.ID == m.keyed {
+		return m.ID, nil
+	}
+	return a.canonicalID(m.ID)
 }
 
 // runBatch processes msgs, whose ids are canonical and distinct, and writes

@@ -68,11 +68,17 @@ func TestCanonicalULIDAndText(t *testing.T) {
 
 func FuzzCanonicalUUID(f *testing.F) {
 	for _, s := range []string{"0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55", "{0190C8E4-7B3A-7CC1-9F00-2B7C4E1D9A55}",
-		"urn:uuid:0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55", "0190c8e47b3a7cc19f002b7c4e1d9a55", "", "x"} {
+		"urn:uuid:0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55", "0190c8e47b3a7cc19f002b7c4e1d9a55", "", "x",
+		"00000000-0000-0000-0000-000000000000", "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a5G", "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9A55"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, in string) {
 		got, err := IDFormatUUID.CanonicalID(in)
+		// The fast path takes exactly the ids that are their own
+		// canonical form.
+		if fast := isCanonicalUUID(in); fast != (err == nil && got == in) {
+			t.Fatalf("isCanonicalUUID(%q) = %v, but CanonicalID gives %q, %v", in, fast, got, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformedID) && !errors.Is(err, ErrNoMessageID) {
 				t.Fatalf("unexpected error class: %v", err)

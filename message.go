@@ -20,6 +20,10 @@ type Message struct {
 	// Source tells where the message came from. It is recorded with dead
 	// letters and logs and is never used as identity.
 	Source Source
+
+	// keyed is ID as Client.Key canonicalised it. While ID still equals
+	// it, the client takes ID as canonical and does not check it again.
+	keyed string
 }
 
 // Source holds the transport coordinates of a delivery.

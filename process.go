@@ -64,16 +64,18 @@ func (c *Client[TTx]) ClaimTx(ctx context.Context, tx TTx, consumer string, msg 
 	return Applied, nil
 }
 
-// Key runs key on msg and canonicalises the id it returns, so that a
-// transport adapter can tell a message with no usable id before processing.
-// Its errors are tagged StageKey, and are the message's: a KeyFunc's error
-// that says neither ErrNoMessageID nor ErrMalformedID, and is not
-// Permanent, is wrapped with ErrMalformedID, so that every adapter
-// dead-letters it with ReasonMalformedID. Only a KeyFunc error marked
-// Unavailable (or wrapping ErrUnavailable) is not the message's.
-func (c *Client[TTx]) Key(key KeyFunc, msg Message) (string, error) {
+// Key runs key on msg and returns msg with the canonical form of the id it
+// returned as its ID, so that a transport adapter can tell a message with
+// no usable id before processing it. The client does not canonicalise that
+// ID again while it is unchanged. Key's errors are tagged StageKey, and
+// are the message's: a KeyFunc's error that says neither ErrNoMessageID
+// nor ErrMalformedID, and is not Permanent, is wrapped with ErrMalformedID,
+// so that every adapter dead-letters it with ReasonMalformedID. Only a
+// KeyFunc error marked Unavailable (or wrapping ErrUnavailable) is not the
+// message's.
+func (c *Client[TTx]) Key(key KeyFunc, msg Message) (Message, error) {
 	if key == nil {
-		return "", errors.New("inbox: no KeyFunc configured")
+		return msg, errors.New("inbox: no KeyFunc configured")
 	}
 	id, err := key(msg)
 	if err == nil {
@@ -83,9 +85,10 @@ func (c *Client[TTx]) Key(key KeyFunc, msg Message) (string, error) {
 		if !IsPermanent(err) && !errors.Is(err, ErrUnavailable) {
 			err = fmt.Errorf("%w: %w", ErrMalformedID, err)
 		}
-		return "", atStage(StageKey, err)
+		return msg, atStage(StageKey, err)
 	}
-	return id, nil
+	msg.ID, msg.keyed = id, id
+	return msg, nil
 }
 
 // attempt is what one transaction over msgs did. When a handler failed,

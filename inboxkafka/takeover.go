@@ -68,8 +68,8 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 			"topic", first.Topic, "partition", first.Partition, "offset", first.Offset, "crashes", crashes)
 		r := p.record(first)
 		msg := r.tr.Message
-		if id, err := c.client.Key(c.cfg.Key, msg); err == nil {
-			msg.ID = id
+		if keyed, err := c.client.Key(c.cfg.Key, msg); err == nil {
+			msg = keyed
 			// The claim decides whether the record was applied after
 			// all, by an owner that went down after its commit: then it
 			// did not crash anything, and it is done.

@@ -222,14 +222,14 @@ func (p *Policy[TTx, D]) Process(ctx context.Context, ds []D, ordered bool) []Se
 	at := make([]int, 0, len(ds))
 	for i, d := range ds {
 		dl := d.Delivery()
-		id, err := p.cfg.Client.Key(p.cfg.Key, dl.Message)
+		keyed, err := p.cfg.Client.Key(p.cfg.Key, dl.Message)
 		if err != nil {
 			errs[i] = fmt.Errorf("%s: key of message %s: %w", p.cfg.Name, dl.Message.Source, err)
 			keyFailed[i] = true
 			p.fill(dl)
 			continue
 		}
-		dl.Message.ID = id
+		dl.Message = keyed
 		p.fill(dl)
 		batch = append(batch, dl.Message)
 		at = append(at, i)

@@ -1,0 +1,45 @@
+package inbox
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// tablesOnly is the part of the store that canonicalising an id reads.
+type tablesOnly struct{ inboxdriver.Admin }
+
+func (tablesOnly) Tables() inboxdriver.Tables { return inboxdriver.Tables{}.WithDefaults() }
+
+// A message that Client.Key returned is not canonicalised again, unless its
+// ID was changed since.
+func TestKeyedIDIsCanonicalisedOnce(t *testing.T) {
+	c := &Client[struct{}]{Admin: &Admin{driver: tablesOnly{}, config: (*Config)(nil).withDefaults()}}
+	in := Message{ID: "{0190C8E4-7B3A-7CC1-9F00-2B7C4E1D9A55}"}
+	keyed, err := c.Key(func(m Message) (string, error) { return m.ID, nil }, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const canon = "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55"
+	if keyed.ID != canon || keyed.keyed != canon {
+		t.Fatalf("Key returned ID %q (keyed %q), want %q", keyed.ID, keyed.keyed, canon)
+	}
+	// Trusted as it is: were it checked again, this id would fail.
+	trusted := Message{ID: "not a uuid", keyed: "not a uuid"}
+	if id, err := c.messageID(trusted); err != nil || id != trusted.ID {
+		t.Fatalf("a keyed message's id: got %q, %v; want it as it is", id, err)
+	}
+	// Changed after Key: checked again.
+	changed := keyed
+	changed.ID = "not a uuid"
+	if _, err := c.messageID(changed); !errors.Is(err, ErrMalformedID) {
+		t.Fatalf("an id changed after Key: got %v, want ErrMalformedID", err)
+	}
+	if id, err := c.messageID(in); err != nil || id != canon {
+		t.Fatalf("a message that was not keyed: got %q, %v; want %q", id, err, canon)
+	}
+	if _, err := c.messageID(Message{}); !errors.Is(err, ErrNoMessageID) && !errors.Is(err, ErrMalformedID) {
+		t.Fatalf("no id: got %v", err)
+	}
+}
