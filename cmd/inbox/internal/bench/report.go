@@ -428,6 +428,17 @@ func (r *Report) Ratios() []Ratio {
 	}
 	add("inbox ÷ bare, msgs/s at 8 workers (≥ 0.95)", "inbox", 8, "bare", 8, 0.95)
 	add("inbox-handler ÷ bare, msgs/s at 8 workers (≥ 0.9)", "inbox-handler", 8, "bare", 8, 0.9)
+	// The floors (floor.go): what Postgres charges for the statements a row
+	// sends, and what the library adds to them.
+	reportOnly := func(name, a string, aw int, b string, bw int) {
+		n := len(out)
+		add(name, a, aw, b, bw, 0)
+		if len(out) > n {
+			out[n].ReportOnly = true
+		}
+	}
+	reportOnly("bare-claim ÷ bare, msgs/s at 8 workers (report only: the claim's cost to Postgres, the most inbox-handler ÷ bare can be)", "bare-claim", 8, "bare", 8)
+	reportOnly("inbox-handler ÷ bare-claim, msgs/s at 8 workers (report only: what the library adds to the statements it sends)", "inbox-handler", 8, "bare-claim", 8)
 	add("inbox-batch-100 ÷ inbox, msgs/s at 1 worker (≥ 15)", "inbox-batch-100", 1, "inbox", 1, 15)
 	add("inbox ÷ check-then-insert, msgs/s at 8 workers (≥ 1)", "inbox", 8, "check-then-insert", 8, 1)
 	add("inbox-duplicate ÷ inbox, msgs/s at 1 worker (≥ 2)", "inbox-duplicate", 1, "inbox", 1, 2)
@@ -435,16 +446,14 @@ func (r *Report) Ratios() []Ratio {
 	// acknowledging the same messages with no inbox and no database.
 	for _, broker := range []string{"nats", "rabbitmq"} {
 		for _, w := range []int{1, 8} {
-			n := len(out)
-			add(fmt.Sprintf("%[1]s-inbox-batch-100 ÷ %[1]s-bare-ack, msgs/s at %[2]d %[3]s (report only)", broker, w, workersWord(w)),
-				broker+"-inbox-batch-100", w, broker+"-bare-ack", w, 0)
-			if len(out) > n {
-				out[n].ReportOnly = true
-			}
+			reportOnly(fmt.Sprintf("%[1]s-inbox-batch-100 ÷ %[1]s-bare-ack, msgs/s at %[2]d %[3]s (report only)", broker, w, workersWord(w)),
+				broker+"-inbox-batch-100", w, broker+"-bare-ack", w)
 		}
 	}
 	out = append(out, r.watermillRatios(get)...)
 	add("outbox-enqueue-1 ÷ bare, business tx/s at 8 workers (≥ 0.83: at most 20% added)", "outbox-enqueue-1", 8, "bare", 8, 0.83)
+	reportOnly("bare-enqueue ÷ bare, business tx/s at 8 workers (report only: the enqueue's cost to Postgres, the most outbox-enqueue-1 ÷ bare can be)", "bare-enqueue", 8, "bare", 8)
+	reportOnly("outbox-enqueue-1 ÷ bare-enqueue, business tx/s at 8 workers (report only: what the library adds to the statements it sends)", "outbox-enqueue-1", 8, "bare-enqueue", 8)
 	if o := r.Outbox; o != nil {
 		out = append(out,
 			Ratio{Name: "relay to kfake, msgs/s at batch 100 (≥ 25000)", Value: float64(int64(o.KafkaMsgsPerS)), Want: 25000, Met: o.KafkaMsgsPerS >= 25000},
@@ -507,8 +516,8 @@ func rateRatio(x, y *Result) float64 {
 // group in one piece: in every round, the cells of a group at one worker
 // count run back to back, in a new order, between the other cells.
 var ratioGroups = [][]string{
-	{"bare", "check-then-insert", "inbox", "inbox-handler", "inbox-duplicate", "inbox-batch-100",
-		"outbox-enqueue-1", "watermill-middleware", "inbox-batch-100-otel-noop", "inbox-batch-100-otel-sdk", "inbox-batch-100-prom"},
+	{"bare", "check-then-insert", "inbox", "inbox-handler", "bare-claim", "inbox-duplicate", "inbox-batch-100",
+		"outbox-enqueue-1", "bare-enqueue", "watermill-middleware", "inbox-batch-100-otel-noop", "inbox-batch-100-otel-sdk", "inbox-batch-100-prom"},
 	{"kafka-inbox-batch-100", "watermill-sql-exactly-once"},
 	{"nats-inbox-batch-100", "nats-bare-ack"},
 	{"rabbitmq-inbox-batch-100", "rabbitmq-bare-ack"},

@@ -56,6 +56,8 @@ var rows = []*row{
 	{name: "redis-setnx", batch: 1, postgres: true, needs: []*resource{redisResource}, op: redisSetNX},
 	{name: "inbox", batch: 1, postgres: true, inbox: true, op: inboxOne},
 	{name: "inbox-handler", batch: 1, postgres: true, inbox: true, op: inboxOneTx},
+	// inbox-handler's statements by hand, without the library (floor.go).
+	{name: "bare-claim", batch: 1, postgres: true, inbox: true, op: bareClaim},
 	{name: "inbox-batch-10", batch: 10, postgres: true, inbox: true, op: inboxBatch},
 	{name: "inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
 	{name: "inbox-batch-1000", batch: 1000, postgres: true, inbox: true, op: inboxBatch},
@@ -65,6 +67,8 @@ var rows = []*row{
 	// The bare row's transaction with events enqueued in the outbox: what
 	// the outbox costs a producer.
 	{name: "outbox-enqueue-1", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(1)},
+	// outbox-enqueue-1's statements by hand, without the library (floor.go).
+	{name: "bare-enqueue", batch: 1, postgres: true, op: bareEnqueue},
 	{name: "outbox-enqueue-10", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(10)},
 	{name: "outbox-enqueue-100", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueue(100)},
 	{name: "outbox-enqueue-tx-1", batch: 1, postgres: true, needs: []*resource{outboxResource}, op: outboxEnqueueTx},
