@@ -58,8 +58,9 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 		return nil, err
 	}
 	results := make([]BatchResult, len(msgs))
-	// Canonicalise the ids, here or in Client.Key, and keep the first
-	// message of each id; a later message with the same id takes the first one's result.
+	// Canonicalise the ids (here, unless Client.Key did), and keep the
+	// first message of each id; a later message with the same id takes
+	// the first one's result.
 	var first map[string]int
 	if len(msgs) > 1 {
 		first = make(map[string]int, len(msgs))
@@ -102,10 +103,10 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 	return results, nil
 }
 
-// messageID is m's canonical id: its ID as Client.Key left it, or else
+// messageID is m's canonical id: its ID as a's Client.Key left it, or else
 // canonicalised here.
 func (a *Admin) messageID(m Message) (string, error) {
-	if m.ID != "" && m.ID == m.keyed {
+	if m.keyedBy == a && m.ID != "" && m.ID == m.keyed {
 		return m.ID, nil
 	}
 	return a.canonicalID(m.ID)

@@ -22,13 +22,18 @@ func TestKeyedIDIsCanonicalisedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	const canon = "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55"
-	if keyed.ID != canon || keyed.keyed != canon {
+	if keyed.ID != canon || keyed.keyed != canon || keyed.keyedBy != c.Admin {
 		t.Fatalf("Key returned ID %q (keyed %q), want %q", keyed.ID, keyed.keyed, canon)
 	}
 	// Trusted as it is: were it checked again, this id would fail.
-	trusted := Message{ID: "not a uuid", keyed: "not a uuid"}
+	trusted := Message{ID: "not a uuid", keyed: "not a uuid", keyedBy: c.Admin}
 	if id, err := c.messageID(trusted); err != nil || id != trusted.ID {
 		t.Fatalf("a keyed message's id: got %q, %v; want it as it is", id, err)
+	}
+	// Keyed by another client, whose id format may differ: checked again.
+	other := &Admin{driver: tablesOnly{}, config: c.config}
+	if _, err := other.messageID(trusted); !errors.Is(err, ErrMalformedID) {
+		t.Fatalf("an id another client keyed: got %v, want ErrMalformedID", err)
 	}
 	// Changed after Key: checked again.
 	changed := keyed

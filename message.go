@@ -21,9 +21,11 @@ type Message struct {
 	// letters and logs and is never used as identity.
 	Source Source
 
-	// keyed is ID as Client.Key canonicalised it. While ID still equals
-	// it, the client takes ID as canonical and does not check it again.
-	keyed string
+	// keyed is ID as Client.Key canonicalised it, for the client keyedBy.
+	// That client takes ID as canonical, and does not check it again,
+	// while ID still equals keyed.
+	keyed   string
+	keyedBy *Admin
 }
 
 // Source holds the transport coordinates of a delivery.

@@ -66,8 +66,8 @@ func (c *Client[TTx]) ClaimTx(ctx context.Context, tx TTx, consumer string, msg 
 
 // Key runs key on msg and returns msg with the canonical form of the id it
 // returned as its ID, so that a transport adapter can tell a message with
-// no usable id before processing it. The client does not canonicalise that
-// ID again while it is unchanged. Key's errors are tagged StageKey, and
+// no usable id before processing it. This client does not canonicalise
+// that ID again while it is unchanged. Key's errors are tagged StageKey, and
 // are the message's: a KeyFunc's error that says neither ErrNoMessageID
 // nor ErrMalformedID, and is not Permanent, is wrapped with ErrMalformedID,
 // so that every adapter dead-letters it with ReasonMalformedID. Only a
@@ -87,7 +87,7 @@ func (c *Client[TTx]) Key(key KeyFunc, msg Message) (Message, error) {
 		}
 		return msg, atStage(StageKey, err)
 	}
-	msg.ID, msg.keyed = id, id
+	msg.ID, msg.keyed, msg.keyedBy = id, id, c.Admin
 	return msg, nil
 }
 
