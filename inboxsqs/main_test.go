@@ -519,6 +519,47 @@ type running struct {
 	done      chan error
 	leakOpts  []goleak.Option
 	stopped   bool
+
+	mu sync.Mutex
+	// read holds the messages of the receives whose answers the SDK read
+	// whole: from then on the consumer holds them. The recorder's
+	// deliveries count a message once goaws answered, which can be before
+	// a shutdown cuts the consumer's receive short.
+	read map[string]bool
+}
+
+// hasRead reports whether the consumer's SDK read a receive's answer that
+// held messageID.
+func (r *running) hasRead(messageID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.read[messageID]
+}
+
+// readBody records the messages of a receive's answer when the SDK closes
+// it after reading it whole.
+type readBody struct {
+	io.ReadCloser
+	r   *running
+	buf bytes.Buffer
+}
+
+func (b *readBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.buf.Write(p[:n])
+	return n, err
+}
+
+func (b *readBody) Close() error {
+	var out struct{ Messages []struct{ MessageId string } }
+	if json.Unmarshal(b.buf.Bytes(), &out) == nil {
+		b.r.mu.Lock()
+		for _, m := range out.Messages {
+			b.r.read[m.MessageId] = true
+		}
+		b.r.mu.Unlock()
+	}
+	return b.ReadCloser.Close()
 }
 
 // cutNetwork makes every later SQS call of the consumer fail and drops
@@ -535,6 +576,9 @@ func (r *running) Do(req *http.Request) (*http.Response, error) {
 		resp.Body.Close()
 		return nil, errors.New("simulated crash: network cut")
 	}
+	if err == nil && req.Header.Get("X-Amz-Target") == "AmazonSQS.ReceiveMessage" {
+		resp.Body = &readBody{ReadCloser: resp.Body, r: r}
+	}
 	return resp, err
 }
 
@@ -549,6 +593,7 @@ func (h *harness) start(cfg *inboxsqs.Config, handler inbox.Handler[pgx.Tx], wra
 		h:         h,
 		transport: &http.Transport{},
 		done:      make(chan error, 1),
+		read:      map[string]bool{},
 		leakOpts: []goleak.Option{
 			goleak.IgnoreCurrent(),
 			// Keep-alive connections of other clients of the test
