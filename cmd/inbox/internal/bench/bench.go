@@ -226,7 +226,6 @@ type bench struct {
 
 	cpu    *cpuMeter
 	pg     *pgStore
-	floor  floorSQL
 	redis  *redisStore
 	sqlite *sqliteStore
 	kafka  *kafkaStore
@@ -344,7 +343,6 @@ func (b *bench) connect(ctx context.Context) error {
 		}
 	})
 	b.pg = &pgStore{}
-	b.floor = newFloorSQL(b)
 	return b.pg.setup(ctx, b)
 }
 

@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 
@@ -24,19 +23,6 @@ import (
 //     Outbox.EnqueueBatch writes for one event, in one batch with the
 //     UPDATE: outbox-enqueue-1's round trips and statements.
 
-// floorSQL are the floors' INSERTs, the same text as inboxpgx's.
-type floorSQL struct {
-	claim, enqueue string
-}
-
-func newFloorSQL(b *bench) floorSQL {
-	return floorSQL{
-		claim: `INSERT INTO ` + b.table(inboxdriver.DefaultInboxTable) + ` (consumer_name, message_id, processed_at) VALUES ($1, $2, now())`,
-		enqueue: `INSERT INTO ` + b.table(inboxdriver.DefaultOutboxTable) + ` (id, topic, msg_key, payload, created_at, available_at)
-VALUES ($1, $2, $3, $4, $5, $5)`,
-	}
-}
-
 // bareClaim is the op of the bare-claim row.
 func bareClaim(ctx context.Context, b *bench, w *worker) error {
 	e := w.next(b, 1)[0]
@@ -51,7 +37,7 @@ func bareClaim(ctx context.Context, b *bench, w *worker) error {
 	defer conn.Release()
 	batch := &pgx.Batch{}
 	batch.BeginTx(pgx.TxOptions{})
-	batch.Queue(b.floor.claim, consumer, id)
+	batch.Queue(b.pg.floorClaim, consumer, id)
 	br := conn.SendBatch(ctx, batch)
 	tx := br.Tx()
 	if err := br.Close(); err != nil {
@@ -77,7 +63,7 @@ func bareEnqueue(ctx context.Context, b *bench, w *worker) error {
 	}
 	batch := &pgx.Batch{}
 	batch.Queue(b.pg.update, e.amount, e.account)
-	batch.Queue(b.floor.enqueue, id, msg.Topic, msg.Key, msg.Payload, now)
+	batch.Queue(b.pg.floorEnqueue, id, msg.Topic, msg.Key, msg.Payload, now)
 	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		rollback(ctx, tx)
 		return err

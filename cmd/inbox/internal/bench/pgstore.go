@@ -24,6 +24,9 @@ type pgStore struct {
 	// update is the side effect, the same statement for every row.
 	update                   string
 	checkSelect, checkInsert string
+	// floorClaim and floorEnqueue are the INSERTs of the floor rows
+	// (floor.go), the same text as inboxpgx's.
+	floorClaim, floorEnqueue string
 	inboxTable               string
 	client                   *inbox.Client[pgx.Tx]
 	// handler applies one message's effect. It queues the UPDATE, which
@@ -83,6 +86,9 @@ WHERE a.id = v.id`
 	}
 	s.client = client
 	s.inboxTable = b.table(inboxdriver.DefaultInboxTable)
+	s.floorClaim = `INSERT INTO ` + s.inboxTable + ` (consumer_name, message_id, processed_at) VALUES ($1, $2, now())`
+	s.floorEnqueue = `INSERT INTO ` + b.table(inboxdriver.DefaultOutboxTable) + ` (id, topic, msg_key, payload, created_at, available_at)
+VALUES ($1, $2, $3, $4, $5, $5)`
 	s.handler = inboxpgx.PipelineFunc(func(ctx context.Context, msg inbox.Message, b *pgx.Batch) error {
 		account, amount, err := decodeEffect(msg.Payload)
 		if err != nil {
