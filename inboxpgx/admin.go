@@ -73,8 +73,13 @@ func (d *Driver) TxBroken(ctx context.Context, tx pgx.Tx, err error) bool {
 	if _, ok := tx.(*pipeTx); ok {
 		return false // nothing was sent
 	}
-	if conn := tx.Conn(); conn == nil || conn.IsClosed() {
-		return true
+	// A transaction that the handler ended itself has handed its
+	// connection back to the pool, where another caller may hold it now:
+	// then only err tells.
+	if t, ok := tx.(*poolTx); !ok || !t.ended() {
+		if conn := tx.Conn(); conn == nil || conn.IsClosed() {
+			return true
+		}
 	}
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && classifyCode(pgErr.Code) == inboxdriver.ClassUnavailable

@@ -231,6 +231,10 @@ func (t *poolTx) Rollback(ctx context.Context) error {
 	return err
 }
 
+// ended reports whether the transaction ended, and its connection went
+// back to the pool: tx.Conn() is then another caller's, not to be touched.
+func (t *poolTx) ended() bool { return t.conn == nil }
+
 func (t *poolTx) release() {
 	if t.conn != nil {
 		t.conn.Release()

@@ -141,3 +141,48 @@ func TestLedgerFailureIsTheStores(t *testing.T) {
 	require.ErrorContains(t, err, "42P01")
 	require.Equal(t, inbox.FaultStore, inbox.Judge(err))
 }
+
+// A handler that ends its transaction itself (it rolls back, then fails)
+// hands the connection back to the pool, where another caller may take it
+// at once. Judging the handler's error must not touch that connection (it
+// did, and -race caught it): the error is the message's, and the message
+// is not applied.
+func TestHandlerThatEndsItsTransaction(t *testing.T) {
+	t.Parallel()
+	_, schema := newDriver(t, inboxdriver.Tables{})
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = 1
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
+	require.NoError(t, err)
+	c := newClient(t, d, nil)
+	ctx := context.Background()
+	own := errors.New("refund: the amount exceeds the charge")
+	other := make(chan error, 1)
+	h := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		// Another caller takes the one connection while the client
+		// judges the error.
+		go func() {
+			_, err := pool.Exec(context.Background(), `SELECT 1`)
+			other <- err
+		}()
+		return own
+	})
+	msg := inbox.Message{ID: inboxtest.NewID()}
+	_, err = c.Process(ctx, "billing", msg, h)
+	require.ErrorIs(t, err, own)
+	require.NotErrorIs(t, err, inbox.ErrUnavailable)
+	require.Equal(t, inbox.FaultMessage, inbox.Judge(err))
+	require.NoError(t, <-other)
+	apply := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, m inbox.Message) error {
+		_, err := tx.Exec(ctx, `SELECT 1`)
+		return err
+	})
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", msg, apply))
+}
