@@ -190,7 +190,7 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 		if len(ph.background) > 0 && len(phase) > 0 {
 			b.logf("the rows that need %s, with only that open", resourceNames(ph.background))
 		}
-		err = b.runPhase(ctx, rng, phase)
+		err = b.runPhase(ctx, rng, ph.background, phase)
 		closeFn()
 		if err != nil {
 			return nil, err
@@ -238,14 +238,16 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 	return results, nil
 }
 
-// runPhase warms cells up, then runs the rounds over them.
-func (b *bench) runPhase(ctx context.Context, rng *rand.Rand, cells []*cell) error {
+// runPhase warms cells up, then runs the rounds over them, with the
+// phase's background resources that a cell's row does not need quiet.
+func (b *bench) runPhase(ctx context.Context, rng *rand.Rand, background []*resource, cells []*cell) error {
 	if len(cells) == 0 {
 		return nil
 	}
 	if b.cfg.Warmup > 0 {
 		b.logf("warm-up: %d cells (rows × worker counts), %v each", len(cells), b.cfg.Warmup)
 		for _, c := range cells {
+			quietFor(b, background, c.row)
 			if _, err := b.timed(ctx, c.row, c.workers, idV7, b.cfg.Warmup); err != nil {
 				return err
 			}
@@ -257,6 +259,7 @@ func (b *bench) runPhase(ctx context.Context, rng *rand.Rand, cells []*cell) err
 		for _, i := range rng.Perm(len(units)) {
 			for _, j := range rng.Perm(len(units[i])) {
 				c := units[i][j]
+				quietFor(b, background, c.row)
 				r, u, err := b.measured(ctx, c.row, c.workers, idV7, b.cfg.Duration)
 				if err != nil {
 					return err
@@ -266,6 +269,16 @@ func (b *bench) runPhase(ctx context.Context, rng *rand.Rand, cells []*cell) err
 		}
 	}
 	return nil
+}
+
+// quietFor quiets the background resources that r does not need, and
+// wakes those it does.
+func quietFor(b *bench, background []*resource, r *row) {
+	for _, res := range background {
+		if res.quiet != nil {
+			res.quiet(b, !slices.Contains(r.needs, res))
+		}
+	}
 }
 
 // phase is rows that run together, with their background resources open.

@@ -47,6 +47,11 @@ type resource struct {
 	// opened only for the rows that need it (runRows), so that it takes
 	// no CPU from the others' measurements.
 	background bool
+	// quiet, when set, stops a background resource's own work (polling)
+	// while a row that does not need it runs in its phase, and starts it
+	// again before a row that does: a ratio group's rows share a phase, and
+	// each is measured without paying for the other's idle consumers.
+	quiet func(b *bench, on bool)
 }
 
 // rows are every row, in the order of the results.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -42,11 +43,19 @@ type watermillSQL struct {
 	pub    *wsql.Publisher
 	topics []string
 	t      *tracker
+	gate   gate // holds the subscribers' polls while the resource is quiet
 }
 
 var watermillSQLResource = &resource{
 	name:       "watermill-sql",
 	background: true,
+	// Quiet, the subscribers wait in BeginTx instead of polling every
+	// 10 ms, eight topics' worth, while kafka-inbox-batch-100 runs.
+	quiet: func(b *bench, on bool) {
+		if b.watermillSQL != nil {
+			b.watermillSQL.gate.close(on)
+		}
+	},
 	open: func(ctx context.Context, b *bench) (func(), error) {
 		schema := wsql.DefaultPostgreSQLSchema{
 			GenerateMessagesTableName: func(topic string) string { return b.table("watermill_" + topic) },
@@ -72,7 +81,7 @@ var watermillSQLResource = &resource{
 			subPool.Close()
 			return nil, err
 		}
-		sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(committer{subPool, w.t}), wsql.SubscriberConfig{
+		sub, err := wsql.NewSubscriber(wsql.BeginnerFromPgx(committer{subPool, w.t, &w.gate}), wsql.SubscriberConfig{
 			ConsumerGroup:    "bench",
 			PollInterval:     10 * time.Millisecond, // kafka-inbox-batch-100's FetchMaxWait
 			ResendInterval:   10 * time.Millisecond,
@@ -108,6 +117,7 @@ var watermillSQLResource = &resource{
 		}
 		b.watermillSQL = w
 		return func() {
+			w.gate.close(false)
 			stop()
 			_ = sub.Close()
 			subPool.Close()
@@ -142,18 +152,58 @@ func (w *watermillSQL) handle(b *bench, msg *message.Message) error {
 }
 
 // committer is the subscribers' pool: its transactions tell the tracker
-// which messages they committed.
+// which messages they committed, and none begins while the gate is
+// closed.
 type committer struct {
 	*pgxpool.Pool
-	t *tracker
+	t    *tracker
+	gate *gate
 }
 
 func (c committer) BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error) {
+	if err := c.gate.wait(ctx); err != nil {
+		return nil, err
+	}
 	tx, err := c.Pool.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	return &committingTx{Tx: tx, t: c.t}, nil
+}
+
+// gate holds its callers while it is closed. The zero gate is open.
+type gate struct {
+	mu     sync.Mutex
+	closed chan struct{} // nil while open; closed when the gate opens
+}
+
+// close closes the gate (on) or opens it.
+func (g *gate) close(on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case on && g.closed == nil:
+		g.closed = make(chan struct{})
+	case !on && g.closed != nil:
+		close(g.closed)
+		g.closed = nil
+	}
+}
+
+// wait returns once the gate is open, or ctx is done.
+func (g *gate) wait(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.closed
+	g.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // committingTx marks its messages done once it committed.
