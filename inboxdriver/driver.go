@@ -61,7 +61,9 @@ type Driver[TTx any] interface {
 	// client then judges the failure the store's, not the message's. A
 	// handler's own errors that only look like a lost connection (io.EOF
 	// from decoding its payload, a net.Error from another service) must
-	// not make it true while tx's connection is sound.
+	// not make it true while tx's connection is sound. The handler may
+	// have ended tx itself (rolled it back, then failed): its connection
+	// may then belong to another caller, and must not be touched.
 	TxBroken(ctx context.Context, tx TTx, err error) bool
 }
 
