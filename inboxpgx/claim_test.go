@@ -37,13 +37,7 @@ func TestLockTimeoutBoundsOnlyTheClaim(t *testing.T) {
 	ctx := context.Background()
 	d, schema := newDriver(t, inboxdriver.Tables{})
 	// A pool whose sessions run with their own lock_timeout.
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 2
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "777ms"
-	own, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(own.Close)
+	own := ownPool(t, 2, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["lock_timeout"] = "777ms" })
 	od, err := inboxpgx.New(own, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	require.NoError(t, err)
 
@@ -215,13 +209,7 @@ func TestSessionLockTimeoutMatchingTheClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, schema := newDriver(t, inboxdriver.Tables{})
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 2
-	cfg.ConnConfig.RuntimeParams["lock_timeout"] = "200"
-	own, err := pgxpool.NewWithConfig(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(own.Close)
+	own := ownPool(t, 2, func(cfg *pgxpool.Config) { cfg.ConnConfig.RuntimeParams["lock_timeout"] = "200" })
 	od, err := inboxpgx.New(own, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	require.NoError(t, err)
 	c, err := inbox.NewClient(od, &inbox.Config{LockTimeout: 200 * time.Millisecond, MaxConflictRetries: -1})

@@ -18,7 +18,6 @@ import (
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
-	"github.com/txinbox/inbox/internal/testdb"
 )
 
 func newClient(t *testing.T, d *inboxpgx.Driver, cfg *inbox.Config) *inbox.Client[pgx.Tx] {
@@ -223,17 +222,13 @@ func (c countingConn) Write(b []byte) (int, error) {
 func TestClaimTravelsWithBegin(t *testing.T) {
 	t.Parallel()
 	_, schema := newDriver(t, inboxdriver.Tables{})
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
 	var writes atomic.Int64
-	cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-		return countingConn{Conn: conn, writes: &writes}, err
-	}
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := ownPool(t, 1, func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DialFunc = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			return countingConn{Conn: conn, writes: &writes}, err
+		}
+	})
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	require.NoError(t, err)
 	accounts := createAccounts(t, pool, schema, 1)

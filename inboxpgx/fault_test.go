@@ -150,12 +150,7 @@ func TestLedgerFailureIsTheStores(t *testing.T) {
 func TestHandlerThatEndsItsTransaction(t *testing.T) {
 	t.Parallel()
 	_, schema := newDriver(t, inboxdriver.Tables{})
-	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
-	require.NoError(t, err)
-	cfg.MaxConns = 1
-	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := ownPool(t, 1, nil)
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	require.NoError(t, err)
 	c := newClient(t, d, nil)

@@ -1,11 +1,13 @@
 package inboxpgx_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb creates schemas with
 
+	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -13,3 +15,20 @@ var pools = testdb.Shared[*pgxpool.Pool]{Query: testdb.PgxPool}
 
 // testPool returns the pool that the tests of this binary share.
 func testPool(t testing.TB) *pgxpool.Pool { return pools.Get(t, pgxpool.New, (*pgxpool.Pool).Close) }
+
+// ownPool returns a pool of the test's own, closed when t ends, with at
+// most maxConns connections; adjust, if not nil, changes the rest of its
+// configuration first.
+func ownPool(t testing.TB, maxConns int32, adjust func(*pgxpool.Config)) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testdb.URL(t))
+	require.NoError(t, err)
+	cfg.MaxConns = maxConns
+	if adjust != nil {
+		adjust(cfg)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
