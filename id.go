@@ -7,6 +7,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/uuid"
 )
 
 // IDFormat is the form producers' event ids take.
@@ -62,7 +63,7 @@ func (f IDFormat) CanonicalID(id string) (string, error) {
 }
 
 func canonicalUUID(id string) (string, error) {
-	if isCanonicalUUID(id) {
+	if uuid.IsCanonical(id) {
 		return id, nil // the common case, and what Client.Key returns: no copy
 	}
 	s := id
@@ -122,35 +123,6 @@ func canonicalUUID(id string) (string, error) {
 	b[23] = '-'
 	copy(b[24:36], hex[20:32])
 	return string(b[:]), nil
-}
-
-// uuidHexAt are the offsets of the hex digits in a UUID's canonical form.
-var uuidHexAt = [32]uint8{0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17,
-	19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35}
-
-// lowerHex classes the bytes of a canonical UUID: 1 for '0', 3 for the
-// other lower-case hex digits, 0 for the rest.
-var lowerHex = func() (t [256]uint8) {
-	for _, c := range "123456789abcdef" {
-		t[c] = 3
-	}
-	t['0'] = 1
-	return t
-}()
-
-// isCanonicalUUID reports whether id is a UUID in its canonical form,
-// lower-case hex with hyphens, and not the nil UUID.
-func isCanonicalUUID(id string) bool {
-	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
-		return false
-	}
-	all, some := uint8(1), uint8(0)
-	for _, at := range uuidHexAt {
-		c := lowerHex[id[at]]
-		all &= c
-		some |= c
-	}
-	return all&1 == 1 && some&2 == 2
 }
 
 func malformedUUID(id string) error {

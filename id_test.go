@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/internal/uuid"
 )
 
 func TestCanonicalUUID(t *testing.T) {
@@ -76,8 +77,8 @@ func FuzzCanonicalUUID(f *testing.F) {
 		got, err := IDFormatUUID.CanonicalID(in)
 		// The fast path takes exactly the ids that are their own
 		// canonical form.
-		if fast := isCanonicalUUID(in); fast != (err == nil && got == in) {
-			t.Fatalf("isCanonicalUUID(%q) = %v, but CanonicalID gives %q, %v", in, fast, got, err)
+		if fast := uuid.IsCanonical(in); fast != (err == nil && got == in) {
+			t.Fatalf("uuid.IsCanonical(%q) = %v, but CanonicalID gives %q, %v", in, fast, got, err)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformedID) && !errors.Is(err, ErrNoMessageID) {

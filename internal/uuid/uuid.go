@@ -63,12 +63,21 @@ func Format(b [16]byte) string {
 
 // Parse reads s in the canonical form that Format writes, in either case,
 // and reports whether it was one.
-func Parse(s string) (b [16]byte, ok bool) {
+func Parse(s string) (b [16]byte, ok bool) { return parse(s, &unhex) }
+
+// IsCanonical reports whether s is exactly in the form Format writes,
+// lower-case, and is not the nil UUID.
+func IsCanonical(s string) bool {
+	b, ok := parse(s, &unhexLower)
+	return ok && b != [16]byte{}
+}
+
+func parse(s string, digits *[256]byte) (b [16]byte, ok bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return b, false
 	}
 	for j, at := range byteAt {
-		hi, lo := unhex[s[at]], unhex[s[at+1]]
+		hi, lo := digits[s[at]], digits[s[at+1]]
 		if hi > 15 || lo > 15 {
 			return b, false
 		}
@@ -80,16 +89,17 @@ func Parse(s string) (b [16]byte, ok bool) {
 // byteAt are the offsets in the canonical form of the 16 bytes' hex pairs.
 var byteAt = [16]int{0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34}
 
-// unhex is the value of each hex digit, and 255 for the other bytes.
-var unhex = func() (t [256]byte) {
+// unhex is the value of each hex digit of either case, and unhexLower of
+// each lower-case one; 255 for the other bytes.
+var unhex, unhexLower = func() (t, lower [256]byte) {
 	for i := range t {
-		t[i] = 255
+		t[i], lower[i] = 255, 255
 	}
 	for i, c := range "0123456789abcdef" {
-		t[c] = byte(i)
+		t[c], lower[c] = byte(i), byte(i)
 	}
 	for i, c := range "ABCDEF" {
 		t[c] = byte(10 + i)
 	}
-	return t
+	return t, lower
 }()

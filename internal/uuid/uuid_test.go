@@ -56,3 +56,20 @@ func TestParse(t *testing.T) {
 		require.False(t, ok, bad)
 	}
 }
+
+func TestIsCanonical(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]bool{
+		V7(time.Now()):                           true,
+		"0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55":   true,
+		"0190C8E4-7B3A-7CC1-9F00-2B7C4E1D9A55":   false, // Parse takes it; the canonical form is lower-case
+		"00000000-0000-0000-0000-000000000000":   false,
+		"0190c8e47b3a7cc19f002b7c4e1d9a55":       false,
+		"0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a5g":   false,
+		"{0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55}": false,
+	} {
+		require.Equal(t, want, IsCanonical(in), "IsCanonical(%q)", in)
+	}
+	_, ok := Parse("0190C8E4-7B3A-7CC1-9F00-2B7C4E1D9A55")
+	require.True(t, ok, "Parse takes an upper-case UUID")
+}
