@@ -305,6 +305,13 @@ const (
 	// privilege (Postgres 42501, MySQL 1142). A cleaner without DELETE
 	// stops on it rather than retry.
 	ClassDenied
+	// ClassNotMigrated is a statement on a table or column that does not
+	// exist (Postgres 42P01, 42703, 3F000; MySQL 1146, 1054; SQLite "no
+	// such table", "no such column"): the store's tables are missing or not
+	// migrated to the latest version. The root package reports it as
+	// inbox.ErrNotMigrated, which the inbox command turns into its hint
+	// to run 'inbox migrate up'.
+	ClassNotMigrated
 )
 
 // ClaimParams are the parameters of a claim. The claim stamps

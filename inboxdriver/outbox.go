@@ -1,10 +1,12 @@
 package inboxdriver
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -298,4 +300,62 @@ func SortOutboxRows(rows []*OutboxRow) {
 // know.
 func UnknownOutboxAction(a OutboxAction) error {
 	return fmt.Errorf("inbox: unknown outbox action %q: want %q, %q or %q", a, OutboxRetryNow, OutboxParkRow, OutboxUnpark)
+}
+
+// OutboxKeyCursor is where a store's ordered claims resume their walk of
+// the keys that have pending events: after the last key whose head the
+// claim before took, wrapping round to the first key, so that when more
+// keys are ready than a claim takes, every key gets its turn. It is a hint
+// kept in memory, one per store value, safe for concurrent use; the zero
+// value starts at the first key.
+type OutboxKeyCursor struct {
+	mu  sync.Mutex
+	key []byte
+}
+
+// Key returns the key the next claim's walk starts after, never nil: the
+// walk takes the keys greater than it, then, wrapping round, the others.
+func (c *OutboxKeyCursor) Key() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.key == nil {
+		return []byte{}
+	}
+	return c.key
+}
+
+// Advance moves the cursor to the last key, in the order of a walk that
+// started after from, of the ordered rows claimed: the greatest of those
+// not greater than from (the walk wrapped round to them), or else the
+// greatest of all. It changes nothing when no ordered row was claimed.
+func (c *OutboxKeyCursor) Advance(from []byte, claimed []*OutboxRow) {
+	var wrapped, after []byte
+	for _, r := range claimed {
+		switch {
+		case r.KeySeq == 0:
+		case bytes.Compare(r.Key, from) <= 0:
+			if wrapped == nil || bytes.Compare(r.Key, wrapped) > 0 {
+				wrapped = r.Key
+			}
+		default:
+			if after == nil || bytes.Compare(r.Key, after) > 0 {
+				after = r.Key
+			}
+		}
+	}
+	last := wrapped
+	if last == nil {
+		last = after
+	}
+	if last == nil {
+		return
+	}
+	c.Set(last)
+}
+
+// Set moves the cursor to key: the next walk starts after it.
+func (c *OutboxKeyCursor) Set(key []byte) {
+	c.mu.Lock()
+	c.key = bytes.Clone(key)
+	c.mu.Unlock()
 }

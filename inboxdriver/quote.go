@@ -15,7 +15,7 @@ import (
 const MaxIdentLen = 63
 
 // Validate checks the table names of t, with defaults applied, for dialect
-// d: each fits MaxIdentLen and holds no NUL byte, no two tables share a
+// d: each fits MaxIdentLen and is UTF-8 without a NUL byte, no two tables share a
 // name, and no table takes the name of an index the migrations derive.
 func (t Tables) Validate(d Dialect) error {
 	t = t.WithDefaults()
@@ -32,6 +32,8 @@ func (t Tables) Validate(d Dialect) error {
 			return fmt.Errorf("inbox: Tables.%s %q is longer than %d bytes", n.field, n.value, MaxIdentLen)
 		case strings.ContainsRune(n.value, 0):
 			return fmt.Errorf("inbox: Tables.%s contains a NUL byte", n.field)
+		case !utf8.ValidString(n.value):
+			return fmt.Errorf("inbox: Tables.%s %q is not valid UTF-8", n.field, n.value)
 		}
 	}
 	tables := t.named()

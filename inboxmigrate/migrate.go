@@ -57,6 +57,16 @@ type Info struct {
 // Latest is the version of the newest migration.
 func Latest() int { return migrations[len(migrations)-1].version }
 
+// Up migrates store to the latest version: New, then Migrator.Up. It
+// returns the migrations it applied.
+func Up(ctx context.Context, store Store) ([]Info, error) {
+	m, err := New(store)
+	if err != nil {
+		return nil, err
+	}
+	return m.Up(ctx)
+}
+
 // Up applies every migration the store does not have yet, oldest first, and
 // returns those it applied. Running it again applies nothing.
 func (m *Migrator) Up(ctx context.Context) ([]Info, error) {
@@ -67,6 +77,13 @@ func (m *Migrator) Up(ctx context.Context) ([]Info, error) {
 func (m *Migrator) UpTo(ctx context.Context, version int) ([]Info, error) {
 	var done []Info
 	err := m.locked(ctx, func(ctx context.Context, applied []int64) error {
+		missing, err := m.missing(ctx, applied)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return m.tablesMissingError(applied, missing)
+		}
 		for _, mg := range migrations {
 			if mg.version > version || slices.Contains(applied, int64(mg.version)) {
 				continue
@@ -149,6 +166,23 @@ func (m *Migrator) Current(ctx context.Context) (int, error) {
 		}
 	}
 	return cur, nil
+}
+
+// Applied returns the versions the store has applied, oldest first, only
+// reading: it neither creates the version table nor waits for the
+// migration lock, so a check may call it on a store it must not change. A
+// store without a version table fails with the store's own error, which
+// its Classify reports as inboxdriver.ClassNotMigrated.
+func (m *Migrator) Applied(ctx context.Context) ([]int, error) {
+	var applied []int
+	err := m.admin.MigrationTx(ctx, func(ctx context.Context, q inboxdriver.Querier) error {
+		vs, err := q.QueryInts(ctx, `SELECT version FROM `+m.s.table(m.s.t.Migrations)+` ORDER BY version`)
+		for _, v := range vs {
+			applied = append(applied, int(v))
+		}
+		return err
+	})
+	return applied, err
 }
 
 // Status lists every migration and whether the store has it.

@@ -328,6 +328,7 @@ var migrations = []migration{
 		},
 	},
 	outboxMigration,
+	outboxHeadsMigration,
 }
 
 // inStore runs mg's applied query, if it has one for the dialect: checked

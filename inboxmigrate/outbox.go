@@ -116,3 +116,59 @@ var outboxMigration = migration{
 		}
 	},
 }
+
+// outboxHeadsMigration indexes each key's pending ordered events by
+// (msg_key, key_seq), for the ordered claim to read the keys that have
+// pending events, and each one's head, with one index descent per key (a
+// skip scan) instead of a scan of the backlog. On Postgres and SQLite the
+// index holds only the pending ordered events; MySQL, which has no partial
+// indexes, leads it with published_at, so that the pending events come
+// first, in (msg_key, key_seq) order. The index on the available_at of
+// ordered rows, which the claim no longer reads, goes.
+var outboxHeadsMigration = migration{
+	version: 7,
+	name:    "outbox_key_heads",
+	up: func(s *schema) []string {
+		ob := s.table(s.t.Outbox)
+		idx := s.index(s.t.Outbox, "pending_key_idx")
+		switch s.d {
+		case inboxdriver.DialectMySQL:
+			return []string{`CREATE INDEX ` + idx + ` ON ` + ob + ` (published_at, msg_key, key_seq)`}
+		case inboxdriver.DialectPostgres:
+			return []string{
+				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + ob + ` (msg_key, key_seq) WHERE published_at IS NULL AND key_seq IS NOT NULL`,
+				`DROP INDEX IF EXISTS ` + s.table(inboxdriver.IndexName(s.t.Outbox, "ordered_ready_idx")),
+			}
+		default: // SQLite, as in outboxMigration
+			return []string{
+				`CREATE INDEX IF NOT EXISTS ` + idx + ` ON ` + s.ident(s.t.Outbox) + ` (msg_key, key_seq) WHERE published_at IS NULL AND key_seq IS NOT NULL`,
+				`DROP INDEX IF EXISTS ` + s.table(inboxdriver.IndexName(s.t.Outbox, "ordered_ready_idx")),
+			}
+		}
+	},
+	down: func(s *schema) []string {
+		name := inboxdriver.IndexName(s.t.Outbox, "pending_key_idx")
+		switch s.d {
+		case inboxdriver.DialectMySQL:
+			return []string{`DROP INDEX ` + s.ident(name) + ` ON ` + s.table(s.t.Outbox)}
+		case inboxdriver.DialectPostgres:
+			return []string{
+				`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Outbox, "ordered_ready_idx") + ` ON ` + s.table(s.t.Outbox) + ` (available_at) WHERE published_at IS NULL AND parked_at IS NULL AND key_seq IS NOT NULL`,
+				`DROP INDEX IF EXISTS ` + s.table(name),
+			}
+		default:
+			return []string{
+				`CREATE INDEX IF NOT EXISTS ` + s.index(s.t.Outbox, "ordered_ready_idx") + ` ON ` + s.ident(s.t.Outbox) + ` (available_at) WHERE published_at IS NULL AND parked_at IS NULL AND key_seq IS NOT NULL`,
+				`DROP INDEX IF EXISTS ` + s.table(name),
+			}
+		}
+	},
+	applied: func(s *schema) (string, []any) {
+		if s.d != inboxdriver.DialectMySQL {
+			return "", nil // Postgres and SQLite say IF NOT EXISTS
+		}
+		return `SELECT COUNT(*) FROM information_schema.STATISTICS
+ WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ? AND index_name = ?`,
+			[]any{s.t.Schema, s.t.Outbox, inboxdriver.IndexName(s.t.Outbox, "pending_key_idx")}
+	},
+}

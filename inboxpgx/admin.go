@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -55,6 +54,8 @@ func classifyCode(code string) inboxdriver.ErrorClass {
 		return inboxdriver.ClassLockTimeout
 	case code == "42501":
 		return inboxdriver.ClassDenied
+	case code == "42P01", code == "42703", code == "3F000": // undefined_table, undefined_column, invalid_schema_name
+		return inboxdriver.ClassNotMigrated
 	case strings.HasPrefix(code, "08"), // connection exception
 		code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
 		code == "53300", // too many connections
@@ -134,51 +135,6 @@ func (d *Driver) Stats(ctx context.Context) (*inboxtype.Stats, error) {
 	return s, nil
 }
 
-// WithLock implements inboxdriver.Admin with a session advisory lock, held
-// on one pooled connection while fn runs.
-func (d *Driver) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (bool, error) {
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Release()
-	id := lockID(key)
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1)`, id).Scan(&ok); err != nil {
-		return false, err
-	}
-	if !ok {
-		return false, nil
-	}
-	defer unlock(ctx, conn.Conn(), id)
-	return true, fn(ctx)
-}
-
-// WithMigrationLock implements inboxdriver.Admin. It waits for the lock.
-func (d *Driver) WithMigrationLock(ctx context.Context, fn func(ctx context.Context) error) error {
-	conn, err := d.pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	id := lockID("inbox-migrate:" + d.tables.Schema + "." + d.tables.Migrations)
-	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, id); err != nil {
-		return err
-	}
-	defer unlock(ctx, conn.Conn(), id)
-	return fn(ctx)
-}
-
-func unlock(ctx context.Context, conn *pgx.Conn, id int64) {
-	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := conn.Exec(uctx, `SELECT pg_advisory_unlock($1)`, id); err != nil {
-		// A connection that cannot unlock must not go back to the pool
-		// holding the lock.
-		_ = conn.Close(uctx)
-	}
-}
-
 // MigrationTx implements inboxdriver.Admin.
 func (d *Driver) MigrationTx(ctx context.Context, fn func(ctx context.Context, q inboxdriver.Querier) error) error {
 	tx, err := d.pool.Begin(ctx)
@@ -209,11 +165,14 @@ func (q querier) QueryInts(ctx context.Context, sql string, args ...any) ([]int6
 
 // DeadLetter implements inboxdriver.Admin.
 func (d *Driver) DeadLetter(ctx context.Context, dl *inboxtype.DeadLetter) error {
-	headers := dl.Headers
-	if headers == nil {
-		headers = map[string]string{}
+	// JSON text, which every query exec mode can send: a map has no text
+	// encoding for a parameter of unknown type (QueryExecModeExec, the
+	// simple protocol).
+	headers, err := encodeHeaders(dl.Headers)
+	if err != nil {
+		return fmt.Errorf("inboxpgx: dead letter headers: %w", err)
 	}
-	_, err := d.pool.Exec(ctx, d.q.deadLetter,
+	_, err = d.pool.Exec(ctx, d.q.deadLetter,
 		dl.Consumer, dl.DedupKey, dl.MessageID, dl.Transport, dl.Queue,
 		dl.Partition, dl.Offset, dl.BrokerID, dl.Key, headers, dl.Payload,
 		dl.Reason, dl.Error, dl.Attempts, dl.LastSeen)

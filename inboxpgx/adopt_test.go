@@ -194,10 +194,13 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 			}
 		}()
 	}
-	// A replay of the open claim's id waits for it.
+	// A replay of the open claim's id waits for it, for as long as the test
+	// takes to commit it: on a loaded machine the replays before the
+	// switch take longer than the default lock timeout.
+	waiter := newClient(t, f.part, &inbox.Config{ReplayHorizon: time.Hour, Retention: 2 * 24 * time.Hour, LockTimeout: 5 * time.Minute})
 	straddled := make(chan error, 1)
 	go func() {
-		o, err := f.partC.Process(ctx, "billing", straddle, f.handler())
+		o, err := waiter.Process(ctx, "billing", straddle, f.handler())
 		if err == nil && o != inbox.Duplicate {
 			err = fmt.Errorf("outcome %v", o)
 		}

@@ -17,7 +17,7 @@ import (
 // claims, each a whole transaction in one round trip. SingleNoLockTimeout
 // is Single without the lock-timeout bracket. The figures of
 // whole messages with a side effect, against the alternatives, come from
-// 'inbox bench'.
+// 'inboxlab bench'.
 func BenchmarkClaim(b *testing.B) {
 	d, _ := newDriver(b, inboxdriver.Tables{})
 	ctx := context.Background()

@@ -14,15 +14,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/pglock"
 	"github.com/txinbox/inbox/internal/pgpartition"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -44,7 +45,18 @@ type Config struct {
 	// (Tables.Layout inboxdriver.LayoutPartitioned); other layouts ignore
 	// them. Defaults to those of inboxdriver.PartitionConfig.
 	Partitions inboxdriver.PartitionConfig
+
+	// LockIdleTimeout bounds how long the store-wide locks (the cleaner's,
+	// the partition maintainer's, the migrator's) stay held by a holder
+	// that froze or lost its network: the lock's transaction ends that
+	// long after the holder's last keepalive, which it sends every third
+	// of it. A holder that exits releases its locks at once. Defaults to
+	// DefaultLockIdleTimeout.
+	LockIdleTimeout time.Duration
 }
+
+// DefaultLockIdleTimeout is the default Config.LockIdleTimeout.
+const DefaultLockIdleTimeout = pglock.IdleTimeout
 
 // Driver is the inbox store on a pgx pool. It is safe for concurrent use.
 //
@@ -65,9 +77,13 @@ type Driver struct {
 	// partitions keeps the inbox's partitions, when it is partitioned.
 	partitions *pgpartition.Maintainer
 	oq         outboxQueries
+	// keys is where the next ordered claim's walk of the keys resumes.
+	keys inboxdriver.OutboxKeyCursor
 	// duplicates holds the consumers whose last claim for a Pipelined
 	// handler found a duplicate (see beginPipelined).
 	duplicates sync.Map
+	// lockIdle is Config.LockIdleTimeout.
+	lockIdle time.Duration
 }
 
 var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -88,7 +104,10 @@ func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	if err := cfg.Partitions.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t), oq: newOutboxQueries(t)}
+	if cfg.LockIdleTimeout < 0 {
+		return nil, fmt.Errorf("inboxpgx: Config.LockIdleTimeout is negative (%s)", cfg.LockIdleTimeout)
+	}
+	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t), oq: newOutboxQueries(t), lockIdle: cfg.LockIdleTimeout}
 	d.partitions = pgpartition.New(partitionDB{d}, t, cfg.Partitions)
 	return d, nil
 }
@@ -299,12 +318,14 @@ func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // idArg is a message id as a statement's argument. A uuid column's id goes
-// as its 16 bytes, which pgx sends in binary and the server copies; as a
-// string it would go as text, for the server to parse.
+// as a pgtype.UUID: in the modes that describe the statement pgx sends its
+// 16 bytes in binary, which the server copies; in QueryExecModeExec and the
+// simple protocol, where pgx knows no parameter type, it encodes it as
+// text, which it could not do for a bare [16]byte.
 func (d *Driver) idArg(id string) any {
 	if d.tables.IDType == inboxdriver.IDTypeUUID {
 		if b, ok := uuid.Parse(id); ok {
-			return b
+			return pgtype.UUID{Bytes: b, Valid: true}
 		}
 	}
 	return id
@@ -317,20 +338,13 @@ func (d *Driver) idsArg(ids []string) any {
 	if d.tables.IDType != inboxdriver.IDTypeUUID {
 		return ids
 	}
-	out := make([][16]byte, len(ids))
+	out := make([]pgtype.UUID, len(ids))
 	for i, id := range ids {
 		b, ok := uuid.Parse(id)
 		if !ok {
 			return ids // not canonical: the server says what is wrong with it
 		}
-		out[i] = b
+		out[i] = pgtype.UUID{Bytes: b, Valid: true}
 	}
 	return out
-}
-
-// lockID hashes a lock name to an advisory lock key.
-func lockID(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return int64(h.Sum64())
 }

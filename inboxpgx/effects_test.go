@@ -64,13 +64,14 @@ func TestMigrateEffectsDownAndUp(t *testing.T) {
 	require.NoError(t, err)
 	down, err := m.Down(ctx, 2)
 	require.NoError(t, err)
-	require.Equal(t, []inboxmigrate.Info{{Version: 6, Name: "outbox"}, {Version: 5, Name: "dead_letter_replay"}, {Version: 4, Name: "takeovers"}, {Version: 3, Name: "effects"}}, down)
+	require.Equal(t, []inboxmigrate.Info{{Version: 7, Name: "outbox_key_heads"}, {Version: 6, Name: "outbox"}, {Version: 5, Name: "dead_letter_replay"}, {Version: 4, Name: "takeovers"}, {Version: 3, Name: "effects"}}, down)
 	_, err = d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
 	require.Error(t, err, "the ledger table should be gone")
 	up, err := m.Up(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects", Applied: true}, {Version: 4, Name: "takeovers", Applied: true},
-		{Version: 5, Name: "dead_letter_replay", Applied: true}, {Version: 6, Name: "outbox", Applied: true}}, up)
+		{Version: 5, Name: "dead_letter_replay", Applied: true}, {Version: 6, Name: "outbox", Applied: true},
+		{Version: 7, Name: "outbox_key_heads", Applied: true}}, up)
 	es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
 	require.NoError(t, err)
 	require.Empty(t, es)

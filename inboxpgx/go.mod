@@ -2,8 +2,6 @@ module github.com/txinbox/inbox/inboxpgx
 
 go 1.25.0
 
-replace github.com/txinbox/inbox => ..
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000

@@ -81,19 +81,42 @@ WINDOW w AS (PARTITION BY m.k ORDER BY m.n ROWS BETWEEN UNBOUNDED PRECEDING AND 
 )
 UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM c WHERE o.id = c.id
 RETURNING ` + oCols,
-		// Ordered: the heads are the ready rows of keys with no earlier row
-		// left, locked; behind each head, the run of its key's next rows up
-		// to the first that is parked or not ready. No other claim can take
-		// a run's rows while its head stands, so only the heads are locked.
-		// The runs are cut to the limit by position, which keeps a prefix of
-		// each key.
-		claimOrdered: `WITH heads AS (
-    SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
-     WHERE h.published_at IS NULL AND h.parked_at IS NULL AND h.key_seq IS NOT NULL AND h.available_at <= $1
-       AND NOT EXISTS (SELECT FROM ` + ob + ` AS e
-                        WHERE e.msg_key = h.msg_key AND e.key_seq < h.key_seq AND e.published_at IS NULL)
-     ORDER BY h.available_at LIMIT $2
-       FOR UPDATE OF h SKIP LOCKED
+		// Ordered: the heads are each key's first pending row, found by a
+		// skip scan of the pending ordered rows' index on (msg_key,
+		// key_seq): one index descent per key that has pending rows, from
+		// the key after $5 (the driver's OutboxKeyCursor) on, then wrapping
+		// round to the first; the walk stops once $2 ready heads are
+		// locked. Behind each head, the run of its key's next rows up to
+		// the first that is parked or not ready. No other claim can take a
+		// run's rows while its head stands, so only the heads are locked.
+		// The runs are cut to the limit by position, which keeps a prefix
+		// of each key.
+		claimOrdered: `WITH RECURSIVE after AS (
+    (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+      WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > $5
+      ORDER BY p.msg_key, p.key_seq LIMIT 1)
+    UNION ALL
+    SELECT n.msg_key, n.key_seq, n.id FROM after CROSS JOIN LATERAL (
+        SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+         WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > after.msg_key
+         ORDER BY p.msg_key, p.key_seq LIMIT 1) AS n
+), wrapped AS (
+    (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+      WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key <= $5
+      ORDER BY p.msg_key, p.key_seq LIMIT 1)
+    UNION ALL
+    SELECT n.msg_key, n.key_seq, n.id FROM wrapped CROSS JOIN LATERAL (
+        SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+         WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > wrapped.msg_key AND p.msg_key <= $5
+         ORDER BY p.msg_key, p.key_seq LIMIT 1) AS n
+), walk AS (
+    SELECT id FROM after UNION ALL SELECT id FROM wrapped
+), heads AS (
+    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (
+        SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
+         WHERE h.id = walk.id AND h.published_at IS NULL AND h.parked_at IS NULL AND h.available_at <= $1
+           FOR UPDATE SKIP LOCKED) AS hd
+     LIMIT $2
 ), run AS (
     SELECT r.id FROM heads CROSS JOIN LATERAL (
         SELECT x.id, x.rn FROM (
@@ -243,13 +266,18 @@ func (d *Driver) OutboxAckClaim(ctx context.Context, a *inboxdriver.OutboxAckPar
 // rows are in *out once b was sent.
 func (d *Driver) queueClaims(b *pgx.Batch, p *inboxdriver.OutboxClaimParams) *[]*inboxdriver.OutboxRow {
 	out := new([]*inboxdriver.OutboxRow)
-	for _, q := range []string{d.oq.claimOrdered, d.oq.claim} {
-		b.Queue(q, p.Now, p.Limit, p.Token, p.LeaseUntil).Query(func(rows pgx.Rows) error {
-			rs, err := pgx.CollectRows(rows, scanOutboxRow)
-			*out = append(*out, rs...)
-			return err
-		})
-	}
+	from := d.keys.Key()
+	b.Queue(d.oq.claimOrdered, p.Now, p.Limit, p.Token, p.LeaseUntil, from).Query(func(rows pgx.Rows) error {
+		rs, err := pgx.CollectRows(rows, scanOutboxRow)
+		d.keys.Advance(from, rs)
+		*out = append(*out, rs...)
+		return err
+	})
+	b.Queue(d.oq.claim, p.Now, p.Limit, p.Token, p.LeaseUntil).Query(func(rows pgx.Rows) error {
+		rs, err := pgx.CollectRows(rows, scanOutboxRow)
+		*out = append(*out, rs...)
+		return err
+	})
 	return out
 }
 

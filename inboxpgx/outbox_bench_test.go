@@ -2,8 +2,10 @@ package inboxpgx_test
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,5 +215,79 @@ func BenchmarkOutboxLatency(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 		})
+	}
+}
+
+// BenchmarkOutboxDrain measures how fast RelayOnce drains a backlog into a
+// discarding MemorySink, ordered over 4 keys and unordered, at growing
+// backlogs: the ordered relay's cost must grow with the backlog no faster
+// than the unordered one's. The backlogs are INBOX_DRAIN_SIZES, a comma-
+// separated list (default 10000,100000); run it with -benchtime=1x:
+//
+//	INBOX_DRAIN_SIZES=5000,20000 go test -run '^$' -bench OutboxDrain -benchtime=1x ./inboxpgx/
+func BenchmarkOutboxDrain(b *testing.B) {
+	sizes := []int{10_000, 100_000}
+	if s := os.Getenv("INBOX_DRAIN_SIZES"); s != "" {
+		sizes = sizes[:0]
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				b.Fatalf("INBOX_DRAIN_SIZES: %q is not a positive number", f)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, ordered := range []bool{true, false} {
+		for _, n := range sizes {
+			name := "unordered/" + strconv.Itoa(n)
+			if ordered {
+				name = "ordered-4keys/" + strconv.Itoa(n)
+			}
+			b.Run(name, func(b *testing.B) {
+				d, _ := newDriver(b, inboxdriver.Tables{})
+				ctx := context.Background()
+				o, err := outbox.New(d, &outbox.Config{Ordered: ordered})
+				if err != nil {
+					b.Fatal(err)
+				}
+				sink := &outbox.MemorySink{Discard: true}
+				r, err := o.NewRelay(sink, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				var drained time.Duration
+				for i := range b.N {
+					fillKeys(b, o, n, 4)
+					start := time.Now()
+					for sink.Confirmed() < (i+1)*n {
+						res, err := r.RelayOnce(ctx)
+						if err != nil {
+							b.Fatal(err)
+						}
+						if res.Claimed == 0 {
+							b.Fatalf("the outbox ran dry after %d of %d events", sink.Confirmed(), (i+1)*n)
+						}
+					}
+					drained += time.Since(start)
+				}
+				b.ReportMetric(float64(b.N*n)/drained.Seconds(), "msgs/s")
+			})
+		}
+	}
+}
+
+// fillKeys enqueues n events over keys keys, a thousand to a transaction.
+func fillKeys(b *testing.B, o *outbox.Outbox[pgx.Tx], n, keys int) {
+	b.Helper()
+	ctx := context.Background()
+	payload := []byte(`{"order_id":"0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55","amount_cents":1250,"currency":"EUR"}`)
+	for i := 0; i < n; i += 1000 {
+		msgs := make([]outbox.Message, min(1000, n-i))
+		for j := range msgs {
+			msgs[j] = outbox.Message{Topic: "orders", Key: []byte("key-" + strconv.Itoa((i+j)%keys)), Payload: payload}
+		}
+		if _, err := o.Enqueue(ctx, msgs...); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

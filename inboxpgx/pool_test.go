@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb creates schemas with
 
@@ -15,6 +16,28 @@ var pools = testdb.Shared[*pgxpool.Pool]{Query: testdb.PgxPool}
 
 // testPool returns the pool that the tests of this binary share.
 func testPool(t testing.TB) *pgxpool.Pool { return pools.Get(t, pgxpool.New, (*pgxpool.Pool).Close) }
+
+// execModes are pgx's query exec modes, as default_query_exec_mode names
+// them in a URL; the first is pgx's default.
+var execModes = []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"}
+
+// execModeOf maps execModes to pgx's values.
+var execModeOf = map[string]pgx.QueryExecMode{
+	"cache_statement": pgx.QueryExecModeCacheStatement,
+	"cache_describe":  pgx.QueryExecModeCacheDescribe,
+	"describe_exec":   pgx.QueryExecModeDescribeExec,
+	"exec":            pgx.QueryExecModeExec,
+	"simple_protocol": pgx.QueryExecModeSimpleProtocol,
+}
+
+// modePool returns a pool of t's own in query exec mode mode, closed when
+// t ends, so that the modes' pools do not hold the shared server's
+// connections at once.
+func modePool(t testing.TB, mode string) *pgxpool.Pool {
+	return ownPool(t, int32(testdb.MaxConns), func(cfg *pgxpool.Config) {
+		cfg.ConnConfig.DefaultQueryExecMode = execModeOf[mode]
+	})
+}
 
 // ownPool returns a pool of the test's own, closed when t ends, with at
 // most maxConns connections; adjust, if not nil, changes the rest of its

@@ -10,9 +10,6 @@ import (
 	"github.com/txinbox/inbox/inboxtype"
 )
 
-// sqliteError is SQLite's generic SQLITE_ERROR, such as "no such table".
-const sqliteError = 1
-
 // PurgeBatch implements inboxdriver.Admin: it deletes a batch of inbox
 // rows and the ledger entries of the same messages. On Postgres that is one
 // statement, which skips rows that in-flight claims lock. On SQLite, which

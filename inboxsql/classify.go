@@ -69,6 +69,14 @@ func classifySQLite(err error) inboxdriver.ErrorClass {
 		// The file cannot be opened, read or written: no message is at
 		// fault.
 		return inboxdriver.ClassUnavailable
+	case sqliteError:
+		// SQLite reports a missing table or column with its generic
+		// result code, in a message such as "SQL logic error: no such
+		// table: inbox (1)": the message is all there is to tell by.
+		msg := err.Error()
+		if strings.Contains(msg, "no such table") || strings.Contains(msg, "no such column") {
+			return inboxdriver.ClassNotMigrated
+		}
 	}
 	return inboxdriver.ClassOther
 }
@@ -86,6 +94,8 @@ func classifyPostgres(err error) inboxdriver.ErrorClass {
 		return inboxdriver.ClassLockTimeout
 	case code == "42501":
 		return inboxdriver.ClassDenied
+	case code == "42P01", code == "42703", code == "3F000": // undefined_table, undefined_column, invalid_schema_name
+		return inboxdriver.ClassNotMigrated
 	case strings.HasPrefix(code, "08"), // connection exception
 		code == "57P01", code == "57P02", code == "57P03", // shutdown, crash, cannot connect now
 		code == "53300", // too many connections

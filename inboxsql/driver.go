@@ -137,6 +137,9 @@ type Driver struct {
 	locksMu sync.Mutex
 	locks   map[string]bool
 
+	// keys is where the next ordered claim's walk of the keys resumes.
+	keys inboxdriver.OutboxKeyCursor
+
 	// partitions keeps the inbox's partitions, when it is partitioned.
 	partitions *pgpartition.Maintainer
 }

@@ -5,18 +5,26 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/fnv"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/pglock"
 )
 
-// WithLock implements inboxdriver.Admin: a session advisory lock on
-// Postgres, a named lock (GET_LOCK) on MySQL, held on one connection while
-// fn runs. SQLite has neither: there the lock is held within this Driver's
-// process only (see the notes on SQLite in sqlite.go).
+// WithLock implements inboxdriver.Admin. On Postgres it is a
+// transaction-scoped advisory lock, in a transaction of its own that stays
+// open while fn runs (see internal/pglock), correct behind a transaction
+// pooler. On MySQL it is a named lock (GET_LOCK), a session lock held on
+// one connection of the pool while fn runs; that connection's wait_timeout
+// is lowered to mysqlLockIdle, and kept alive, so that the server ends the
+// session of a holder that froze (see mysqlHold). SQLite has neither:
+// there the lock is held within this Driver's process only (see the notes
+// on SQLite in sqlite.go).
 func (d *Driver) WithLock(ctx context.Context, key string, fn func(ctx context.Context) error) (bool, error) {
-	if d.dialect == SQLite {
+	switch d.dialect {
+	case SQLite:
 		d.locksMu.Lock()
 		if d.locks[key] {
 			d.locksMu.Unlock()
@@ -30,28 +38,115 @@ func (d *Driver) WithLock(ctx context.Context, key string, fn func(ctx context.C
 			d.locksMu.Unlock()
 		}()
 		return true, fn(ctx)
+	case Postgres:
+		return pglock.Hold(ctx, d.beginLock, pglock.Options{Name: key}, fn)
 	}
+	return d.mysqlHold(ctx, key, false, fn)
+}
+
+// beginLock begins a Postgres lock transaction.
+func (d *Driver) beginLock(ctx context.Context) (pglock.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	return lockTx{tx}, nil
+}
+
+type lockTx struct{ tx *sql.Tx }
+
+func (t lockTx) Exec(ctx context.Context, query string) error {
+	_, err := t.tx.ExecContext(ctx, query)
+	return err
+}
+
+func (t lockTx) QueryBool(ctx context.Context, query string, args ...any) (bool, error) {
+	var b bool
+	err := t.tx.QueryRowContext(ctx, query, args...).Scan(&b)
+	return b, err
+}
+
+// Rollback ends the transaction; database/sql discards a connection whose
+// rollback failed on a broken connection.
+func (t lockTx) Rollback(context.Context) error { return t.tx.Rollback() }
+
+// mysqlLockIdle bounds how long a MySQL named lock stays held by a holder
+// that froze or lost its network: the lock connection's wait_timeout, in
+// seconds. The holder pings it every third of that.
+const mysqlLockIdle = 30 * time.Second
+
+// mysqlHold runs fn while holding the named lock key on a connection of
+// its own, waiting for it if wait.
+func (d *Driver) mysqlHold(ctx context.Context, key string, wait bool, fn func(ctx context.Context) error) (bool, error) {
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Close()
-	ok, err := d.tryLock(ctx, conn, key, 0)
-	if err != nil || !ok {
+	if _, err := conn.ExecContext(ctx, `SET SESSION wait_timeout = `+strconv.Itoa(int(mysqlLockIdle/time.Second))); err != nil {
 		return false, err
 	}
+	// The connection goes back to the pool with the server's wait_timeout,
+	// or not at all.
+	defer func() {
+		rctx, cancel := ctxWithoutCancel(ctx)
+		defer cancel()
+		if _, err := conn.ExecContext(rctx, `SET SESSION wait_timeout = @@GLOBAL.wait_timeout`); err != nil {
+			discard(conn)
+		}
+	}()
+	for {
+		ok, err := d.tryLock(ctx, conn, key, 5*time.Second)
+		if err != nil {
+			return false, err
+		}
+		if ok {
+			break
+		}
+		if !wait {
+			return false, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+	}
 	defer d.unlock(ctx, conn, key)
-	return true, fn(ctx)
+
+	fctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var lost error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(mysqlLockIdle / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), mysqlLockIdle/3)
+			err := conn.PingContext(pctx)
+			pcancel()
+			if err != nil {
+				lost = fmt.Errorf("lock %q: %w: %w", key, pglock.ErrLost, err)
+				cancel(lost)
+				return
+			}
+		}
+	}()
+	err = fn(fctx)
+	close(stop)
+	wg.Wait()
+	return true, errors.Join(err, lost)
 }
 
-// tryLock takes the named lock on conn, waiting at most wait (whole
-// seconds, MySQL only).
+// tryLock takes the MySQL named lock on conn, waiting at most wait (whole
+// seconds).
 func (d *Driver) tryLock(ctx context.Context, conn *sql.Conn, key string, wait time.Duration) (bool, error) {
-	if d.dialect == Postgres {
-		var ok bool
-		err := conn.QueryRowContext(ctx, `SELECT pg_try_advisory_lock($1)`, lockID(key)).Scan(&ok)
-		return ok, err
-	}
 	var got sql.NullInt64
 	err := conn.QueryRowContext(ctx, `SELECT GET_LOCK(`+mysqlLockName+`, ?)`, key, int64(wait/time.Second)).Scan(&got)
 	if err != nil {
@@ -67,63 +162,37 @@ func (d *Driver) tryLock(ctx context.Context, conn *sql.Conn, key string, wait t
 // within the 64 characters a lock name may have. Locks are server-wide.
 const mysqlLockName = `CONCAT('inbox-', LEFT(SHA2(CONCAT_WS(':', DATABASE(), ?), 256), 48))`
 
-// unlock releases the named lock on conn. A connection that cannot unlock
-// must not go back to the pool holding the lock: it is discarded.
+// unlock releases the MySQL named lock on conn. A connection that cannot
+// unlock must not go back to the pool holding the lock: it is discarded.
 func (d *Driver) unlock(ctx context.Context, conn *sql.Conn, key string) {
 	uctx, cancel := ctxWithoutCancel(ctx)
 	defer cancel()
-	var err error
-	if d.dialect == Postgres {
-		_, err = conn.ExecContext(uctx, `SELECT pg_advisory_unlock($1)`, lockID(key))
-	} else {
-		_, err = conn.ExecContext(uctx, `SELECT RELEASE_LOCK(`+mysqlLockName+`)`, key)
-	}
-	if err != nil {
+	if _, err := conn.ExecContext(uctx, `SELECT RELEASE_LOCK(`+mysqlLockName+`)`, key); err != nil {
 		discard(conn)
 	}
 }
 
-// lockID hashes a lock name to a Postgres advisory lock key.
-func lockID(name string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte(name))
-	return int64(h.Sum64())
-}
-
 // WithMigrationLock implements inboxdriver.Admin. It waits for the lock:
-// an advisory lock on Postgres, a named lock on MySQL. On SQLite it holds
-// a BEGIN IMMEDIATE transaction, which excludes every other writer, and
-// the migrations fn runs are savepoints inside it.
+// on Postgres a transaction-scoped advisory lock (polled, so that a waiter
+// holds no server connection of a pooler), on MySQL a named lock. On
+// SQLite it holds a BEGIN IMMEDIATE transaction, which excludes every
+// other writer, and the migrations fn runs are savepoints inside it.
 func (d *Driver) WithMigrationLock(ctx context.Context, fn func(ctx context.Context) error) error {
+	key := "inbox-migrate:" + d.tables.Schema + "." + d.tables.Migrations
+	switch d.dialect {
+	case Postgres:
+		_, err := pglock.Hold(ctx, d.beginLock, pglock.Options{Name: key, Wait: true}, fn)
+		return err
+	case MySQL, MariaDB:
+		_, err := d.mysqlHold(ctx, key, true, fn)
+		return err
+	}
 	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	if d.dialect == SQLite {
-		return d.sqliteMigrationLock(ctx, conn, fn)
-	}
-	key := "inbox-migrate:" + d.tables.Schema + "." + d.tables.Migrations
-	if d.dialect == Postgres {
-		if _, err := conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, lockID(key)); err != nil {
-			return err
-		}
-	} else {
-		for {
-			ok, err := d.tryLock(ctx, conn, key, 5*time.Second)
-			if err != nil {
-				return err
-			}
-			if ok {
-				break
-			}
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-		}
-	}
-	defer d.unlock(ctx, conn, key)
-	return fn(ctx)
+	return d.sqliteMigrationLock(ctx, conn, fn)
 }
 
 // migrationConn is the context key of the connection that holds SQLite's

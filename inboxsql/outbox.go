@@ -1,6 +1,7 @@
 package inboxsql
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -334,74 +335,124 @@ func (d *Driver) markClaimed(ctx context.Context, tx *sql.Tx, p *inboxdriver.Out
 	return d.queryOutboxRows(ctx, tx, s)
 }
 
-// claimOrdered claims the heads of keys (ready rows with no earlier row of
-// their key left) and, behind each, the run of its key's next rows up to
+// maxWalk bounds the keys one ordered claim walks, within MySQL's default
+// limit on a recursive query's depth (cte_max_recursion_depth, 1000).
+const maxWalk = 1000
+
+// claimOrdered claims the heads of keys (each key's first pending row,
+// when it is ready) and, behind each, the run of its key's next rows up to
 // the first that is parked or not ready. No other claim takes a run's rows
-// while its head stands, so only the heads are locked. The heads are found
-// by a plain read, whose snapshot, if stale, can only see more earlier
-// rows, never fewer; the locking read that follows checks each head again.
+// while its head stands, so only the heads are locked.
+//
+// The heads are found by a walk of the keys that have pending ordered
+// rows, one index descent each (a skip scan of the index that migration
+// 007 made), from the key after the driver's cursor on and then wrapping
+// round to the first, until Limit heads are ready or maxWalk keys were
+// seen; the cursor moves to the last key walked. The walk is a plain read,
+// whose snapshot, if stale, can only see more earlier rows, never fewer;
+// the locking read that follows checks each head again.
 func (d *Driver) claimOrdered(ctx context.Context, tx *sql.Tx, p *inboxdriver.OutboxClaimParams) ([]*inboxdriver.OutboxRow, error) {
-	ob := d.outboxTable()
-	now := d.timeArg(p.Now)
-	s := d.stmt(`SELECT h.id FROM `, ob, ` AS h WHERE `)
-	d.readyRows(s, "h", true, now).add(`
-   AND NOT EXISTS (SELECT 1 FROM `, ob, ` AS e WHERE e.msg_key = h.msg_key AND e.key_seq < h.key_seq AND e.published_at IS NULL)
- ORDER BY h.available_at LIMIT `).arg(p.Limit)
-	heads, err := queryStrings(ctx, tx, s)
-	if err != nil || len(heads) == 0 {
-		return nil, err
-	}
-	if d.dialect != SQLite {
-		l := d.stmt(`SELECT o.id FROM `, ob, ` AS o WHERE o.id IN `).in(heads).add(` AND `)
-		d.readyRows(l, "o", true, now).add(` FOR UPDATE SKIP LOCKED`)
-		if heads, err = queryStrings(ctx, tx, l); err != nil || len(heads) == 0 {
-			return nil, err
-		}
-	}
-	// The runs: each key's pending rows from its head on, at most Limit.
-	r := d.stmt(`SELECT x.id, x.rn, x.ready FROM (
-    SELECT s.id, s.msg_key,
-           ROW_NUMBER() OVER (PARTITION BY s.msg_key ORDER BY s.key_seq) AS rn,
-           CASE WHEN s.parked_at IS NULL AND s.available_at <= `).arg(now).add(` THEN 1 ELSE 0 END AS ready
-      FROM `, ob, ` AS s
-     WHERE s.published_at IS NULL AND s.key_seq IS NOT NULL
-       AND s.msg_key IN (SELECT k.msg_key FROM `, ob, ` AS k WHERE k.id IN `).in(heads).add(`)
-) AS x WHERE x.rn <= `).arg(p.Limit).add(` ORDER BY x.msg_key, x.rn`)
-	rows, err := tx.QueryContext(ctx, r.sql.String(), r.args...)
+	from := d.keys.Key()
+	walk := min(maxWalk, max(2*p.Limit, 100))
+	heads, last, n, err := d.walkKeys(ctx, tx, p, from, false, walk, p.Limit, nil)
 	if err != nil {
 		return nil, err
 	}
+	if n < walk {
+		// The walk reached the last key: wrap round to the first ones.
+		var wlast []byte
+		heads, wlast, _, err = d.walkKeys(ctx, tx, p, from, true, walk-n, p.Limit, heads)
+		if err != nil {
+			return nil, err
+		}
+		if wlast != nil {
+			last = wlast
+		}
+	}
+	if last != nil {
+		d.keys.Set(last)
+	}
+	if len(heads) == 0 {
+		return nil, nil
+	}
+	if len(heads) > p.Limit {
+		heads = heads[:p.Limit]
+	}
+	now := d.timeArg(p.Now)
+	ob := d.outboxTable()
+	if d.dialect != SQLite {
+		ids := make([]string, len(heads))
+		for i, h := range heads {
+			ids[i] = h.id
+		}
+		l := d.stmt(`SELECT o.id FROM `, ob, ` AS o WHERE o.id IN `).in(ids).add(` AND `)
+		d.readyRows(l, "o", true, now).add(` FOR UPDATE SKIP LOCKED`)
+		locked, err := queryStrings(ctx, tx, l)
+		if err != nil || len(locked) == 0 {
+			return nil, err
+		}
+		heads = slices.DeleteFunc(heads, func(h keyHead) bool { return !slices.Contains(locked, h.id) })
+	}
+	// The runs: each key's pending rows from its head on, at most Limit,
+	// read with one index range each, a few hundred keys a statement.
 	type runRow struct {
 		id    string
 		rn    int
 		ready bool
 	}
-	var all []runRow
-	for rows.Next() {
-		var rr runRow
-		if err := rows.Scan(&rr.id, &rr.rn, &rr.ready); err != nil {
-			rows.Close()
+	var keep []runRow
+	const perStatement = 200
+	for from := 0; from < len(heads); from += perStatement {
+		part := heads[from:min(len(heads), from+perStatement)]
+		r := d.stmt()
+		for i, h := range part {
+			if i > 0 {
+				r.add(`
+UNION ALL `)
+			}
+			r.add(`SELECT * FROM (SELECT s.id, `, strconv.Itoa(i), ` AS h, s.key_seq, CASE WHEN s.parked_at IS NULL AND s.available_at <= `).arg(now).
+				add(` THEN 1 ELSE 0 END AS ready FROM `, ob, ` AS s WHERE s.published_at IS NULL AND s.key_seq IS NOT NULL AND s.msg_key = `).arg(h.key).
+				add(` AND s.key_seq >= `).arg(h.seq).add(` ORDER BY s.key_seq LIMIT `).arg(p.Limit).add(`) AS r`, strconv.Itoa(i))
+		}
+		rows, err := tx.QueryContext(ctx, r.sql.String(), r.args...)
+		if err != nil {
 			return nil, err
 		}
-		all = append(all, rr)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	// Keep each key's ready prefix, then the first Limit by position, which
-	// keeps a prefix of each key.
-	var keep []runRow
-	open := false
-	for _, rr := range all {
-		if rr.rn == 1 {
-			open = true
+		type got struct {
+			id    string
+			seq   int64
+			ready bool
 		}
-		open = open && rr.ready
-		if open {
-			keep = append(keep, rr)
+		per := make([][]got, len(part))
+		for rows.Next() {
+			var g got
+			var h int
+			if err := rows.Scan(&g.id, &h, &g.seq, &g.ready); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if h < 0 || h >= len(part) {
+				rows.Close()
+				return nil, fmt.Errorf("inboxsql: the runs came back for head %d of %d", h, len(part))
+			}
+			per[h] = append(per[h], g)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		// Keep each key's ready prefix from its head, in sequence order.
+		for _, run := range per {
+			slices.SortFunc(run, func(a, b got) int { return cmp.Compare(a.seq, b.seq) })
+			for i, g := range run {
+				if !g.ready {
+					break
+				}
+				keep = append(keep, runRow{id: g.id, rn: i + 1})
+			}
 		}
 	}
+	// The first Limit by position, which keeps a prefix of each key.
 	slices.SortStableFunc(keep, func(a, b runRow) int { return a.rn - b.rn })
 	keep = keep[:min(len(keep), p.Limit)]
 	ids := make([]string, len(keep))
@@ -412,6 +463,72 @@ func (d *Driver) claimOrdered(ctx context.Context, tx *sql.Tx, p *inboxdriver.Ou
 		return nil, nil
 	}
 	return d.markClaimed(ctx, tx, p, ids)
+}
+
+// keyHead is a key's first pending ordered row.
+type keyHead struct {
+	id  string
+	key []byte
+	seq int64
+}
+
+// walkKeys walks at most limit keys that have pending ordered rows, in
+// key order: those greater than from, or with wrapped those not greater.
+// It appends the ready heads to heads until it holds want, and returns
+// them, the last key walked and how many keys it walked.
+func (d *Driver) walkKeys(ctx context.Context, tx *sql.Tx, p *inboxdriver.OutboxClaimParams, from []byte, wrapped bool, limit, want int, heads []keyHead) ([]keyHead, []byte, int, error) {
+	if limit <= 0 || len(heads) >= want {
+		return heads, nil, 0, nil
+	}
+	ob := d.outboxTable()
+	// next is the first key with pending ordered rows after the lower
+	// bound, which the caller writes.
+	next := func(s *stmt) *stmt {
+		s.add(`(SELECT p.msg_key FROM `, ob, ` AS p WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL`)
+		if wrapped {
+			s.add(` AND p.msg_key <= `).arg(from)
+		}
+		return s.add(` AND p.msg_key `)
+	}
+	s := d.stmt(`WITH RECURSIVE walk (k, n) AS (
+    SELECT `)
+	if wrapped {
+		next(s).add(`>= `).arg([]byte{}) // the first key of all
+	} else {
+		next(s).add(`> `).arg(from)
+	}
+	s.add(` ORDER BY p.msg_key LIMIT 1), 1
+    UNION ALL
+    SELECT `)
+	next(s).add(`> w.k ORDER BY p.msg_key LIMIT 1), w.n + 1 FROM walk AS w WHERE w.k IS NOT NULL AND w.n < `).arg(limit).add(`
+)
+SELECT w.k, h.id, h.key_seq, CASE WHEN h.parked_at IS NULL AND h.available_at <= `).arg(d.timeArg(p.Now)).add(` THEN 1 ELSE 0 END
+  FROM walk AS w JOIN `, ob, ` AS h ON h.id = (
+       SELECT q.id FROM `, ob, ` AS q WHERE q.msg_key = w.k AND q.published_at IS NULL AND q.key_seq IS NOT NULL ORDER BY q.key_seq LIMIT 1)
+ ORDER BY w.n`)
+	rows, err := tx.QueryContext(ctx, s.sql.String(), s.args...)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	defer rows.Close()
+	var last []byte
+	n := 0
+	for rows.Next() {
+		var h keyHead
+		var ready bool
+		if err := rows.Scan(&h.key, &h.id, &h.seq, &ready); err != nil {
+			return nil, nil, 0, err
+		}
+		n++
+		last = h.key
+		if ready {
+			heads = append(heads, h)
+			if len(heads) >= want {
+				break
+			}
+		}
+	}
+	return heads, last, n, rows.Err()
 }
 
 func queryStrings(ctx context.Context, tx *sql.Tx, s *stmt) ([]string, error) {

@@ -20,6 +20,7 @@ const DefaultSQLiteBusyTimeout = 5 * time.Second
 // its primary code in its low byte.
 const (
 	sqlitePerm     = 3
+	sqliteError    = 1
 	sqliteBusy     = 5
 	sqliteLocked   = 6
 	sqliteNoMem    = 7

@@ -2,8 +2,6 @@ module github.com/txinbox/inbox/inboxsql/inboxmysql
 
 go 1.24.0
 
-replace github.com/txinbox/inbox => ../..
-
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000

@@ -47,6 +47,9 @@ const (
 	errAccessDenied   = 1045 // ER_ACCESS_DENIED_ERROR: user or password refused
 	errBadDB          = 1049 // ER_BAD_DB_ERROR: no such database
 
+	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
+	errBadField    = 1054 // ER_BAD_FIELD_ERROR: no such column
+
 	errTableAccessDenied  = 1142 // ER_TABLEACCESS_DENIED_ERROR: no privilege on the table
 	errColumnAccessDenied = 1143 // ER_COLUMNACCESS_DENIED_ERROR
 )
@@ -67,6 +70,8 @@ func (engine) Classify(err error) inboxdriver.ErrorClass {
 			return inboxdriver.ClassUnavailable
 		case errTableAccessDenied, errColumnAccessDenied:
 			return inboxdriver.ClassDenied
+		case errNoSuchTable, errBadField:
+			return inboxdriver.ClassNotMigrated
 		}
 		return inboxdriver.ClassOther
 	}

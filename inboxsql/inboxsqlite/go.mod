@@ -2,8 +2,6 @@ module github.com/txinbox/inbox/inboxsql/inboxsqlite
 
 go 1.26.0
 
-replace github.com/txinbox/inbox => ../..
-
 require (
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000
 	modernc.org/sqlite v1.62.0

@@ -2,7 +2,7 @@
 // inbox, the way databases fail in production: their sessions terminated,
 // the inbox locked, CONNECT revoked, INSERT on the inbox revoked, the
 // database read-only after a failover. The outage tests of inboxkafka and
-// inboxsqs and `inbox chaos --db-faults` inject them; each restores what it
+// inboxsqs and `inboxlab chaos --db-faults` inject them; each restores what it
 // changed when it stops.
 //
 // Every fault acts on one role, which the consumers log in as: never on the

@@ -142,7 +142,11 @@ func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 		}
 	}
 	if err != nil {
-		return rep, fmt.Errorf("inbox: adopt: switch the tables (after %d attempts, each waiting up to %s for the claims open on the plain table): %w", rep.Attempts, p.LockTimeout, err)
+		attempts := fmt.Sprintf("%d attempts, each", rep.Attempts)
+		if rep.Attempts == 1 {
+			attempts = "1 attempt,"
+		}
+		return rep, fmt.Errorf("inbox: adopt: switch the tables (after %s waiting up to %s for the claims open on the plain table): %w", attempts, p.LockTimeout, err)
 	}
 	rep.Switched = true
 	rep.State, err = m.State(ctx)

@@ -2,6 +2,7 @@ package testdb
 
 import "syscall"
 
-// dieWithParent makes the kernel send SIGINT to the process when the test
-// binary dies, however it dies.
-func dieWithParent(attr *syscall.SysProcAttr) { attr.Pdeathsig = syscall.SIGINT }
+// termWithParent makes the kernel send SIGTERM to the process when the
+// test binary dies: PgBouncer's immediate shutdown (its SIGINT waits for
+// the clients to leave).
+func termWithParent(attr *syscall.SysProcAttr) { attr.Pdeathsig = syscall.SIGTERM }

@@ -28,19 +28,16 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/txinbox/inbox/internal/pgcluster"
 )
 
 // DefaultURL is the machine's local server.
@@ -256,118 +253,16 @@ func RandomSuffix() string {
 	return hex.EncodeToString(b[:])
 }
 
-// startThrowaway initialises a cluster in a temporary directory and starts
-// it on a free port. Postgres refuses to run as root, so as root it runs as
-// the postgres user.
+// startThrowaway starts a lone server of its own (package pgcluster), quick
+// rather than durable, and returns its URL and what stops it.
 func startThrowaway() (string, func(), error) {
-	bindir, err := findBinDir()
-	if err != nil {
-		return "", nil, err
-	}
-	dir, err := os.MkdirTemp("", "inbox-pg-")
-	if err != nil {
-		return "", nil, err
-	}
-	cleanup := func() { _ = os.RemoveAll(dir) }
-	owner, err := clusterOwner()
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	if owner != nil {
-		if err := os.Chown(dir, owner.uid, owner.gid); err != nil {
-			cleanup()
-			return "", nil, err
-		}
-	}
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bindir, "initdb"), "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync")
-	initdb.SysProcAttr = runAs(owner, false)
-	if out, err := initdb.CombinedOutput(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("initdb: %w: %s", err, out)
-	}
-	port, err := freePort()
-	if err != nil {
-		cleanup()
-		return "", nil, err
-	}
-	pg := exec.Command(filepath.Join(bindir, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=200")
-	pg.SysProcAttr = runAs(owner, true)
-	logf, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err == nil {
-		pg.Stdout, pg.Stderr = logf, logf
-	}
-	if err := pg.Start(); err != nil {
-		cleanup()
-		return "", nil, fmt.Errorf("start postgres: %w", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = pg.Wait(); close(exited) }()
-	stop := func() {
-		interrupt(pg.Process)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = pg.Process.Kill()
-			<-exited
-		}
-		if logf != nil {
-			logf.Close()
-		}
-		cleanup()
-	}
-	u := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := ping(u)
-		if err == nil {
-			return u, stop, nil
-		}
-		select {
-		case <-exited:
-			log, _ := os.ReadFile(filepath.Join(dir, "postgres.log"))
-			cleanup()
-			return "", nil, fmt.Errorf("postgres exited: %s", log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Errorf("throwaway postgres did not answer within 60s: %w", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// findBinDir finds initdb on PATH or under /usr/lib/postgresql/*/bin,
-// newest version first.
-func findBinDir() (string, error) {
-	if p, err := exec.LookPath("initdb"); err == nil {
-		return filepath.Dir(p), nil
-	}
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(dirs, func(i, j int) bool {
-		vi, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[i])))
-		vj, _ := strconv.Atoi(filepath.Base(filepath.Dir(dirs[j])))
-		return vi > vj
+	c, err := pgcluster.Start(context.Background(), &pgcluster.Config{
+		Settings: []string{"fsync=off", "synchronous_commit=off", "full_page_writes=off", "max_connections=200"},
 	})
-	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			return d, nil
-		}
-	}
-	return "", errors.New("no initdb on PATH or under /usr/lib/postgresql/*/bin")
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return "", nil, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return c.URL(), c.Close, nil
 }
 
 // SchemaURL creates a schema with a random name and returns a URL of the

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/command"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -37,6 +40,7 @@ const (
 var doctorChecks = []string{
 	"schema", "purge_index", "kafka_retention", "sqs_retention", "coverage",
 	"clock_skew", "grants", "stuck_effects", "dead_letters", "outbox_lag", "xmin",
+	"pooler", "replication",
 }
 
 // checkJSON is one check of 'inbox doctor --json'.
@@ -76,14 +80,14 @@ type doctorOpts struct {
 }
 
 func runDoctor(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "doctor", "doctor [--json] [--kafka-brokers B --kafka-topic T] [--sqs-queue-url URL] [--role R] [flags]\n\n"+
+	fs := command.NewFlags(e, "doctor", "doctor [--json] [--kafka-brokers B --kafka-topic T] [--sqs-queue-url URL] [--role R] [flags]\n\n"+
 		"Checks a deployment, one line per check (ok, warn, fail or skip), and exits 1 when\na check fails: the schema, the purge index, the replay horizon against the broker's\n"+
-		"retention and the oldest row, the clocks, the consumer role's grants, stuck effects,\ndead letters, the outbox's lag, and a transaction that holds back vacuum.")
+		"retention and the oldest row, the clocks, the consumer role's grants, stuck effects,\ndead letters, the outbox's lag, a transaction that holds back vacuum, a transaction\npooler in front of the database with an exec mode that fails behind it, and replication\n(a standby, asynchronous or single synchronous standbys).")
 	var sf storeFlags
 	outboxFlags(fs, &sf)
 	var o doctorOpts
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+	horizon := command.Duration{Value: inbox.DefaultReplayHorizon}
 	fs.Var(&horizon, "replay-horizon", "the longest you replay over: inbox.Config.ReplayHorizon (default 14d)")
 	fs.StringVar(&o.kafkaBrokers, "kafka-brokers", "", "check the retention of --kafka-topic on these brokers (HOST:PORT,…)")
 	fs.StringVar(&o.kafkaTopics, "kafka-topic", "", "the topics the consumers read, comma-separated")
@@ -91,20 +95,20 @@ func runDoctor(ctx context.Context, e *Env, args []string) error {
 	fs.StringVar(&o.sqsEndpoint, "sqs-endpoint", "", "the SQS endpoint (default: AWS's, from the region)")
 	fs.StringVar(&o.sqsRegion, "sqs-region", "", "the SQS region (default: $AWS_REGION)")
 	fs.StringVar(&o.role, "role", "", "Postgres: the consumer's role, whose grants are checked (default: the connecting user)")
-	stuck := durationFlag{d: defaultStuckAfter}
+	stuck := command.Duration{Value: defaultStuckAfter}
 	fs.Var(&stuck, "stuck-after", "effect steps started longer ago than this are stuck (default 5m)")
-	maxLag := durationFlag{d: 5 * time.Minute}
+	maxLag := command.Duration{Value: 5 * time.Minute}
 	fs.Var(&maxLag, "max-lag", "warn when the outbox's oldest pending event is older (default 5m)")
-	maxSkew := durationFlag{d: 2 * time.Second}
+	maxSkew := command.Duration{Value: 2 * time.Second}
 	fs.Var(&maxSkew, "max-skew", "warn when the host's and the database's clocks differ by more (default 2s)")
-	maxTx := durationFlag{d: time.Hour}
+	maxTx := command.Duration{Value: time.Hour}
 	fs.Var(&maxTx, "max-xmin-age", "warn when a transaction has held back vacuum for longer (default 1h)")
-	if err := parseFlags(fs, args, 0); err != nil {
+	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
-	o.stuckAfter, o.maxLag, o.maxSkew, o.maxTx = stuck.d, maxLag.d, maxSkew.d, maxTx.d
+	o.stuckAfter, o.maxLag, o.maxSkew, o.maxTx = stuck.Value, maxLag.Value, maxSkew.Value, maxTx.Value
 	if (o.kafkaBrokers == "") != (o.kafkaTopics == "") {
-		return usagef("--kafka-brokers and --kafka-topic go together")
+		return command.Usagef("--kafka-brokers and --kafka-topic go together")
 	}
 	if o.sqsRegion == "" {
 		o.sqsRegion = e.Getenv("AWS_REGION")
@@ -114,13 +118,12 @@ func runDoctor(ctx context.Context, e *Env, args []string) error {
 		return err
 	}
 	defer s.close()
-	cfg := idFormatFor(&sf)
-	cfg.ReplayHorizon, cfg.Retention = horizon.d, max(horizon.d, inbox.DefaultRetention)
+	cfg := s.config(&inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)})
 	c, err := inbox.NewAdmin(s.admin, cfg)
 	if err != nil {
 		return err
 	}
-	d := &doctor{s: s, c: c, horizon: horizon.d, opts: o, checks: map[string]checkJSON{}}
+	d := &doctor{s: s, c: c, horizon: horizon.Value, opts: o, checks: map[string]checkJSON{}}
 	d.run(ctx, e)
 
 	out := doctorJSON{OK: true}
@@ -168,31 +171,8 @@ func (d *doctor) dialect() inboxdriver.Dialect { return d.s.admin.Dialect() }
 // tables are the store's tables, with defaults.
 func (d *doctor) tables() inboxdriver.Tables { return d.s.admin.Tables().WithDefaults() }
 
-// ints runs a read-only query on the store and returns its one integer
-// column. It goes through the migrator's transaction, which is the only
-// raw query path of the store interface; nothing is written.
-func (d *doctor) ints(ctx context.Context, a inboxdriver.Admin, query string, args ...any) ([]int64, error) {
-	var out []int64
-	err := a.MigrationTx(ctx, func(ctx context.Context, q inboxdriver.Querier) error {
-		var err error
-		out, err = q.QueryInts(ctx, query, args...)
-		return err
-	})
-	return out, err
-}
-
-func (d *doctor) int1(ctx context.Context, query string, args ...any) (int64, error) {
-	v, err := d.ints(ctx, d.s.admin, query, args...)
-	if err != nil {
-		return 0, err
-	}
-	if len(v) != 1 {
-		return 0, fmt.Errorf("want one row, got %d", len(v))
-	}
-	return v[0], nil
-}
-
 func (d *doctor) run(ctx context.Context, e *Env) {
+	d.checkPooler(ctx)
 	d.checkSchema(ctx)
 	d.checkPurgeIndex(ctx)
 	if d.noTables {
@@ -203,6 +183,7 @@ func (d *doctor) run(ctx context.Context, e *Env) {
 		d.checkSQS(ctx, e, -1)
 		d.checkClock(ctx)
 		d.checkXmin(ctx)
+		d.checkReplication(ctx)
 		return
 	}
 	coverage := d.checkCoverage(ctx)
@@ -214,9 +195,12 @@ func (d *doctor) run(ctx context.Context, e *Env) {
 	d.checkDeadLetters(ctx)
 	d.checkOutbox(ctx)
 	d.checkXmin(ctx)
+	d.checkReplication(ctx)
 }
 
-func errText(err error) string { return oneLine(strings.ReplaceAll(err.Error(), "inbox: ", "")) }
+func errText(err error) string {
+	return command.Message(err)
+}
 
 const migrateFix = "run 'inbox migrate up' with the same flags"
 
@@ -235,9 +219,14 @@ func (d *doctor) checkSchema(ctx context.Context) {
 	var msgs []string
 	status := checkOK
 	for _, st := range stores {
-		t := st.a.Tables().WithDefaults()
-		vs, err := d.ints(ctx, st.a, `SELECT version FROM `+t.Qualify(st.a.Dialect(), t.Migrations)+` ORDER BY version`)
-		if missing := err != nil && isMissingTable(err); missing {
+		t := st.a.Tables()
+		m, err := inboxmigrate.New(st.a)
+		if err != nil {
+			d.set("schema", checkFail, err.Error(), "")
+			return
+		}
+		vs, err := m.Applied(ctx)
+		if err != nil && st.a.Classify(err) == inboxdriver.ClassNotMigrated {
 			d.set("schema", checkFail, fmt.Sprintf("%s is not migrated: no table %s", st.what, t.Migrations), migrateFix)
 			d.noTables = true
 			return
@@ -248,7 +237,18 @@ func (d *doctor) checkSchema(ctx context.Context) {
 		}
 		cur := 0
 		if len(vs) > 0 {
-			cur = int(vs[len(vs)-1])
+			cur = vs[len(vs)-1]
+		}
+		missing, err := m.Missing(ctx)
+		if err != nil {
+			d.set("schema", checkFail, fmt.Sprintf("cannot look for the tables of %s: %s", st.what, errText(err)), "")
+			return
+		}
+		if len(missing) > 0 {
+			d.set("schema", checkFail, fmt.Sprintf("%s records migration %d, but table %s does not exist: it was migrated under other names", st.what, cur, strings.Join(missing, ", ")),
+				"migrate these table names in a schema of their own (--schema), or give the names the tables have")
+			d.noTables = true
+			return
 		}
 		switch {
 		case cur < latest:
@@ -278,25 +278,11 @@ func (d *doctor) checkPurgeIndex(ctx context.Context) {
 		return
 	}
 	name := inboxdriver.IndexName(t.Inbox, inboxdriver.IndexInboxProcessedAt)
-	var q string
-	var args []any
-	switch d.dialect() {
-	case inboxdriver.DialectPostgres:
-		q = `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE c.relname = $1 AND n.nspname = COALESCE(NULLIF($2, ''), current_schema()) AND i.indisvalid`
-		args = []any{name, t.Schema}
-	case inboxdriver.DialectMySQL:
-		q = `SELECT count(*) FROM information_schema.statistics WHERE index_name = ? AND table_name = ? AND table_schema = COALESCE(NULLIF(?, ''), DATABASE())`
-		args = []any{name, t.Inbox, t.Schema}
-	default:
-		q = `SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = ? AND tbl_name = ?`
-		args = []any{name, t.Inbox}
-	}
-	n, err := d.int1(ctx, q, args...)
+	ok, err := d.s.catalog.IndexValid(ctx, t.Inbox, name)
 	switch {
 	case err != nil:
 		d.set("purge_index", checkFail, "cannot read the indexes: "+errText(err), "")
-	case n == 0:
+	case !ok:
 		d.set("purge_index", checkFail, fmt.Sprintf("no valid index %s on processed_at: each purge batch scans the whole inbox", name), migrateFix+" (or recreate the index)")
 	default:
 		d.set("purge_index", checkOK, fmt.Sprintf("index %s is present", name), "")
@@ -308,7 +294,7 @@ WHERE c.relname = $1 AND n.nspname = COALESCE(NULLIF($2, ''), current_schema()) 
 func (d *doctor) checkCoverage(ctx context.Context) time.Duration {
 	st, err := d.c.Stats(ctx)
 	if err != nil {
-		d.set("coverage", checkFail, "cannot read the inbox: "+errText(d.s.explain(err)), "")
+		d.set("coverage", checkFail, "cannot read the inbox: "+errText(d.s.explain(ctx, err)), "")
 		return -1
 	}
 	if len(st.Consumers) == 0 {
@@ -435,7 +421,7 @@ func (d *doctor) checkSQS(ctx context.Context, e *Env, _ time.Duration) {
 		AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameMessageRetentionPeriod},
 	})
 	if err != nil {
-		d.set("sqs_retention", checkFail, fmt.Sprintf("cannot read the attributes of %s: %s", d.opts.sqsQueueURL, oneLine(err.Error())), "")
+		d.set("sqs_retention", checkFail, fmt.Sprintf("cannot read the attributes of %s: %s", d.opts.sqsQueueURL, command.OneLine(err.Error())), "")
 		return
 	}
 	secs, err := strconv.ParseInt(out.Attributes[string(sqstypes.QueueAttributeNameMessageRetentionPeriod)], 10, 64)
@@ -447,25 +433,19 @@ func (d *doctor) checkSQS(ctx context.Context, e *Env, _ time.Duration) {
 }
 
 func (d *doctor) checkClock(ctx context.Context) {
-	var q string
-	switch d.dialect() {
-	case inboxdriver.DialectPostgres:
-		q = `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`
-	case inboxdriver.DialectMySQL:
-		q = `SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)`
-	default:
+	t0 := time.Now()
+	now, err := d.s.catalog.Now(ctx)
+	t1 := time.Now()
+	if errors.Is(err, errors.ErrUnsupported) {
 		d.set("clock_skew", checkSkip, "SQLite runs in this process, on this host's clock", "")
 		return
 	}
-	t0 := time.Now()
-	us, err := d.int1(ctx, q)
-	t1 := time.Now()
 	if err != nil {
 		d.set("clock_skew", checkFail, "cannot read the database's clock: "+errText(err), "")
 		return
 	}
 	mid := t0.Add(t1.Sub(t0) / 2)
-	skew := time.UnixMicro(us).Sub(mid)
+	skew := now.Sub(mid)
 	abs := max(skew, -skew)
 	msg := fmt.Sprintf("the database's clock is %s %s this host's (±%s round trip)", abs.Round(time.Millisecond), map[bool]string{true: "behind", false: "ahead of"}[skew < 0], t1.Sub(t0).Round(time.Millisecond))
 	if abs > d.opts.maxSkew {
@@ -476,20 +456,16 @@ func (d *doctor) checkClock(ctx context.Context) {
 	d.set("clock_skew", checkOK, msg, "")
 }
 
-// privilege is one grant the consumer needs.
-type privilege struct {
-	table    string
-	priv     string
-	optional string // why it may be missing, if it may
+// consumerGrant is one grant a consumer needs, or may need: optional says
+// why it may be missing.
+type consumerGrant struct {
+	inboxdriver.Grant
+	optional string
 }
 
 func (d *doctor) checkGrants(ctx context.Context) {
-	if d.dialect() != inboxdriver.DialectPostgres {
-		what := "SQLite has no grants"
-		if d.dialect() == inboxdriver.DialectMySQL {
-			what = "not checked on MySQL yet: see docs/GRANTS.md"
-		}
-		d.set("grants", checkSkip, what, "")
+	if d.dialect() == inboxdriver.DialectMySQL {
+		d.set("grants", checkSkip, "not checked on MySQL yet: see docs/GRANTS.md", "")
 		return
 	}
 	if !d.migrated {
@@ -497,52 +473,54 @@ func (d *doctor) checkGrants(ctx context.Context) {
 		return
 	}
 	t := d.tables()
-	need := []privilege{
-		{t.Inbox, "SELECT", ""}, {t.Inbox, "INSERT", ""},
-		{t.DeadLetters, "SELECT", ""}, {t.DeadLetters, "INSERT", ""},
-		{t.DeadLetters, "UPDATE (reason, error_text, attempts, last_seen_at)", ""},
-		{t.Effects, "SELECT", "only handlers that call Client.Effect need it"},
-		{t.Effects, "INSERT", "only handlers that call Client.Effect need it"},
-		{t.Effects, "UPDATE", "only handlers that call Client.Effect need it"},
-		{t.Takeovers, "SELECT", "only Kafka consumers need it"},
-		{t.Takeovers, "INSERT", "only Kafka consumers need it"},
-		{t.Takeovers, "UPDATE", "only Kafka consumers need it"},
-		{t.Takeovers, "DELETE", "only Kafka consumers need it"},
+	const effects, kafka = "only handlers that call Client.Effect need it", "only Kafka consumers need it"
+	need := []consumerGrant{
+		{inboxdriver.Grant{Table: t.Inbox, Privilege: "SELECT"}, ""},
+		{inboxdriver.Grant{Table: t.Inbox, Privilege: "INSERT"}, ""},
+		{inboxdriver.Grant{Table: t.DeadLetters, Privilege: "SELECT"}, ""},
+		{inboxdriver.Grant{Table: t.DeadLetters, Privilege: "INSERT"}, ""},
+		{inboxdriver.Grant{Table: t.DeadLetters, Privilege: "UPDATE", Columns: []string{"reason", "error_text", "attempts", "last_seen_at"}}, ""},
+		{inboxdriver.Grant{Table: t.Effects, Privilege: "SELECT"}, effects},
+		{inboxdriver.Grant{Table: t.Effects, Privilege: "INSERT"}, effects},
+		{inboxdriver.Grant{Table: t.Effects, Privilege: "UPDATE"}, effects},
+		{inboxdriver.Grant{Table: t.Takeovers, Privilege: "SELECT"}, kafka},
+		{inboxdriver.Grant{Table: t.Takeovers, Privilege: "INSERT"}, kafka},
+		{inboxdriver.Grant{Table: t.Takeovers, Privilege: "UPDATE"}, kafka},
+		{inboxdriver.Grant{Table: t.Takeovers, Privilege: "DELETE"}, kafka},
 	}
-	role := d.opts.role
+	want := make([]inboxdriver.Grant, len(need))
+	for i, g := range need {
+		want[i] = g.Grant
+	}
+	lacking, err := d.s.catalog.MissingGrants(ctx, d.opts.role, want)
+	if errors.Is(err, errors.ErrUnsupported) {
+		d.set("grants", checkSkip, "SQLite has no grants", "")
+		return
+	}
+	if err != nil {
+		d.set("grants", checkFail, "cannot check the grants: "+errText(err), "")
+		return
+	}
 	var missing, optional []string
-	for _, p := range need {
-		table := t.Qualify(inboxdriver.DialectPostgres, p.table)
-		var q string
-		args := []any{role, table}
-		if cols, ok := strings.CutPrefix(p.priv, "UPDATE ("); ok {
-			// Every listed column must be updatable.
-			cols = strings.TrimSuffix(cols, ")")
-			q = `SELECT count(*) FILTER (WHERE NOT has_column_privilege(COALESCE(NULLIF($1, ''), current_user)::name, $2::text, c, 'UPDATE'))
-FROM unnest($3::text[]) AS c`
-			args = append(args, strings.Split(strings.ReplaceAll(cols, " ", ""), ","))
-		} else {
-			q = `SELECT (NOT has_table_privilege(COALESCE(NULLIF($1, ''), current_user)::name, $2::text, $3))::int`
-			args = append(args, p.priv)
-		}
-		n, err := d.int1(ctx, q, args...)
-		if err != nil {
-			d.set("grants", checkFail, "cannot check the grants: "+errText(err), "")
-			return
-		}
-		if n == 0 {
+	for _, g := range need {
+		if !slices.ContainsFunc(lacking, func(l inboxdriver.Grant) bool {
+			return l.Table == g.Table && l.Privilege == g.Privilege
+		}) {
 			continue
 		}
-		g := p.priv + " on " + p.table
-		if p.optional != "" {
-			optional = append(optional, g+" ("+p.optional+")")
+		name := g.Privilege + " on " + g.Table
+		if len(g.Columns) > 0 {
+			name = fmt.Sprintf("%s (%s) on %s", g.Privilege, strings.Join(g.Columns, ", "), g.Table)
+		}
+		if g.optional != "" {
+			optional = append(optional, name+" ("+g.optional+")")
 		} else {
-			missing = append(missing, g)
+			missing = append(missing, name)
 		}
 	}
 	who := "the connecting user"
-	if role != "" {
-		who = "role " + role
+	if d.opts.role != "" {
+		who = "role " + d.opts.role
 	}
 	switch {
 	case len(missing) > 0:
@@ -560,7 +538,7 @@ func (d *doctor) checkStuck(ctx context.Context) {
 	case errors.Is(err, inbox.ErrEffectsUnsupported):
 		d.set("stuck_effects", checkSkip, "the store keeps no effects ledger", "")
 	case err != nil:
-		d.set("stuck_effects", checkFail, "cannot read the effects ledger: "+errText(d.s.explain(err)), "")
+		d.set("stuck_effects", checkFail, "cannot read the effects ledger: "+errText(d.s.explain(ctx, err)), "")
 	case len(es) > 0:
 		n := strconv.Itoa(len(es))
 		if len(es) == 1000 {
@@ -578,7 +556,7 @@ func (d *doctor) checkDeadLetters(ctx context.Context) {
 	ds, err := d.c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 1000})
 	switch {
 	case err != nil:
-		d.set("dead_letters", checkFail, "cannot read the dead letters: "+errText(d.s.explain(err)), "")
+		d.set("dead_letters", checkFail, "cannot read the dead letters: "+errText(d.s.explain(ctx, err)), "")
 	case len(ds) > 0:
 		n := strconv.Itoa(len(ds))
 		if len(ds) == 1000 {
@@ -599,7 +577,7 @@ func (d *doctor) checkOutbox(ctx context.Context) {
 	st, err := inbox.ReadOutboxStats(ctx, a, time.Now())
 	switch {
 	case err != nil:
-		if isMissingTable(err) {
+		if d.s.notMigrated(err) {
 			d.set("outbox_lag", checkFail, "no outbox table", migrateFix)
 			return
 		}
@@ -618,46 +596,24 @@ func (d *doctor) checkOutbox(ctx context.Context) {
 }
 
 func (d *doctor) checkXmin(ctx context.Context) {
-	if d.dialect() != inboxdriver.DialectPostgres {
+	h, err := d.s.catalog.VacuumHorizon(ctx)
+	if errors.Is(err, errors.ErrUnsupported) {
 		d.set("xmin", checkSkip, "only Postgres holds back vacuum with a transaction's snapshot", "")
 		return
-	}
-	// The oldest transaction that holds a snapshot, other than this one:
-	// its age in milliseconds and in transaction ids. Without pg_read_all_stats
-	// a role sees only its own sessions.
-	v, err := d.ints(ctx, d.s.admin, `SELECT COALESCE(max(extract(epoch FROM clock_timestamp() - xact_start) * 1000)::bigint, 0) FROM pg_stat_activity
-WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-UNION ALL
-SELECT COALESCE(max(age(backend_xmin)), 0)::bigint FROM pg_stat_activity WHERE backend_xmin IS NOT NULL AND pid <> pg_backend_pid()
-UNION ALL
-SELECT COALESCE(max(age(xmin)), 0)::bigint FROM pg_replication_slots
-UNION ALL
-SELECT count(*) FROM pg_prepared_xacts`)
-	if err == nil && len(v) != 4 {
-		err = fmt.Errorf("want 4 rows, got %d", len(v))
 	}
 	if err != nil {
 		d.set("xmin", checkFail, "cannot read pg_stat_activity: "+errText(err), "")
 		return
 	}
-	ms, xids, slot, prepared := v[0], v[1], v[2], v[3]
-	held := time.Duration(ms) * time.Millisecond
 	switch {
-	case held > d.opts.maxTx:
-		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", inbox.FormatDuration(held.Round(time.Second)), xids),
+	case h.OldestSnapshot > d.opts.maxTx:
+		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", inbox.FormatDuration(h.OldestSnapshot.Round(time.Second)), h.OldestSnapshotXIDs),
 			"find it in pg_stat_activity (ORDER BY xact_start) and end it; set idle_in_transaction_session_timeout")
-	case prepared > 0:
-		d.set("xmin", checkWarn, fmt.Sprintf("%d prepared transactions hold back vacuum", prepared), "COMMIT PREPARED or ROLLBACK PREPARED them (pg_prepared_xacts)")
-	case slot > 100_000_000:
-		d.set("xmin", checkWarn, fmt.Sprintf("a replication slot holds a snapshot %d transactions old", slot), "drop or advance the slot (pg_replication_slots)")
+	case h.Prepared > 0:
+		d.set("xmin", checkWarn, fmt.Sprintf("%d prepared transactions hold back vacuum", h.Prepared), "COMMIT PREPARED or ROLLBACK PREPARED them (pg_prepared_xacts)")
+	case h.SlotXIDs > 100_000_000:
+		d.set("xmin", checkWarn, fmt.Sprintf("a replication slot holds a snapshot %d transactions old", h.SlotXIDs), "drop or advance the slot (pg_replication_slots)")
 	default:
 		d.set("xmin", checkOK, fmt.Sprintf("no transaction has held back vacuum for over %s", inbox.FormatDuration(d.opts.maxTx)), "")
 	}
-}
-
-// isMissingTable reports whether err, which is not nil, says a table or a
-// column is missing.
-func isMissingTable(err error) bool {
-	_, missing := missingTable(err)
-	return missing
 }

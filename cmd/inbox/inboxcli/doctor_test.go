@@ -56,7 +56,7 @@ func (r doctorReport) status(t *testing.T, name string) (string, string) {
 
 // everyCheck is every check the doctor reports, in order.
 var everyCheck = []string{"schema", "purge_index", "kafka_retention", "sqs_retention", "coverage",
-	"clock_skew", "grants", "stuck_effects", "dead_letters", "outbox_lag", "xmin"}
+	"clock_skew", "grants", "stuck_effects", "dead_letters", "outbox_lag", "xmin", "pooler", "replication"}
 
 func doctor(t *testing.T, env map[string]string, args ...string) (int, doctorReport, string) {
 	t.Helper()
@@ -103,7 +103,7 @@ func TestDoctorFresh(t *testing.T) {
 	}
 	// The clocks and other sessions' transactions belong to the machine:
 	// they may warn, never fail.
-	for _, name := range []string{"clock_skew", "xmin"} {
+	for _, name := range []string{"clock_skew", "xmin", "replication"} {
 		st, msg := r.status(t, name)
 		require.Contains(t, []string{"ok", "warn"}, st, "%s: %s", name, msg)
 	}
@@ -120,7 +120,7 @@ func TestDoctorFresh(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	code, r, _ = doctor(t, senv)
 	require.Equal(t, 0, code)
-	for name, want := range map[string]string{"schema": "ok", "purge_index": "ok", "clock_skew": "skip", "grants": "skip", "xmin": "skip"} {
+	for name, want := range map[string]string{"schema": "ok", "purge_index": "ok", "clock_skew": "skip", "grants": "skip", "xmin": "skip", "replication": "skip"} {
 		st, msg := r.status(t, name)
 		require.Equal(t, want, st, "%s: %s", name, msg)
 	}

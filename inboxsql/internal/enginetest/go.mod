@@ -2,14 +2,6 @@ module github.com/txinbox/inbox/inboxsql/internal/enginetest
 
 go 1.26.0
 
-replace github.com/txinbox/inbox => ../../..
-
-replace github.com/txinbox/inbox/inboxsql/inboxsqlite => ../../../inboxsql/inboxsqlite
-
-replace github.com/txinbox/inbox/inboxsql/inboxmysql => ../../../inboxsql/inboxmysql
-
-replace github.com/txinbox/inbox/inboxsql/inboxpostgres => ../../../inboxsql/inboxpostgres
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000

@@ -1,0 +1,130 @@
+package inboxmigrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/txinbox/inbox/inboxdriver"
+)
+
+// tables returns the tables that migration version creates, and so that
+// its down migration drops.
+func (s *schema) tables(version int) []string {
+	switch version {
+	case 1:
+		return []string{s.t.Inbox}
+	case 2:
+		return []string{s.t.DeadLetters}
+	case 3:
+		return []string{s.t.Effects}
+	case 4:
+		return []string{s.t.Takeovers}
+	case 6:
+		return []string{s.t.Outbox, s.t.OutboxKeys}
+	}
+	return nil
+}
+
+// ErrTablesMissing is returned by Up when the version table records
+// migrations whose tables the store lacks: tables migrated under other
+// names in the same schema (one version table serves one set of names), or
+// dropped by hand. Up then changes nothing.
+var ErrTablesMissing = errors.New("inbox: tables of applied migrations are missing")
+
+// Missing returns the tables that the applied migrations made and that the
+// store lacks, only reading; see ErrTablesMissing. It needs a store that
+// reads its catalog (inboxdriver.Catalog), and returns nil for another.
+func (m *Migrator) Missing(ctx context.Context) ([]string, error) {
+	applied, err := m.Applied(ctx)
+	if err != nil {
+		return nil, err
+	}
+	vs := make([]int64, len(applied))
+	for i, v := range applied {
+		vs[i] = int64(v)
+	}
+	return m.missing(ctx, vs)
+}
+
+// missing returns the tables that the applied migrations made and that do
+// not exist, when the store reads its catalog (inboxdriver.Catalog).
+func (m *Migrator) missing(ctx context.Context, applied []int64) ([]string, error) {
+	cat, ok := m.admin.(inboxdriver.Catalog)
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, mg := range migrations {
+		if !slices.Contains(applied, int64(mg.version)) {
+			continue
+		}
+		for _, t := range m.s.tables(mg.version) {
+			ok, err := cat.TableExists(ctx, t)
+			if err != nil {
+				return nil, fmt.Errorf("inbox: look for table %s: %w", t, err)
+			}
+			if !ok {
+				out = append(out, t)
+			}
+		}
+	}
+	return out, nil
+}
+
+func (m *Migrator) tablesMissingError(applied []int64, missing []string) error {
+	what := "table " + missing[0] + " does not exist"
+	if len(missing) > 1 {
+		what = "tables " + strings.Join(missing, ", ") + " do not exist"
+	}
+	return fmt.Errorf("%w: %s records migrations up to %03d, but %s: one version table serves one set of table names, so migrate other names in a schema of their own",
+		ErrTablesMissing, m.s.t.Migrations, slices.Max(applied), what)
+}
+
+// Step is one migration that Down would revert, and the rows it would drop.
+type Step struct {
+	Info
+	// Drops are the tables the revert drops, with their rows.
+	Drops []TableRows
+}
+
+// TableRows is a table and how many rows it holds.
+type TableRows struct {
+	Table string
+	Rows  int64
+}
+
+// Plan returns the migrations that Down(ctx, version) would revert, newest
+// first, with the tables each drops and the rows they hold now, without
+// changing anything: a command shows it before it reverts, and refuses to
+// drop rows unless told to.
+func (m *Migrator) Plan(ctx context.Context, version int) ([]Step, error) {
+	applied, err := m.Applied(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var steps []Step
+	for i := len(migrations) - 1; i >= 0; i-- {
+		mg := migrations[i]
+		if mg.version <= version || !slices.Contains(applied, mg.version) {
+			continue
+		}
+		st := Step{Info: Info{Version: mg.version, Name: mg.name, Applied: true}}
+		for _, t := range m.s.tables(mg.version) {
+			var n []int64
+			err := m.admin.MigrationTx(ctx, func(ctx context.Context, q inboxdriver.Querier) error {
+				var err error
+				n, err = q.QueryInts(ctx, `SELECT count(*) FROM `+m.s.table(t))
+				return err
+			})
+			if err != nil {
+				return nil, fmt.Errorf("inbox: count the rows of %s: %w", t, err)
+			}
+			st.Drops = append(st.Drops, TableRows{Table: t, Rows: n[0]})
+		}
+		steps = append(steps, st)
+	}
+	return steps, nil
+}
