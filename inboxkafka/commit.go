@@ -9,17 +9,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
-// maxCommitBackoff caps the wait between retries of a failed offset commit.
-const maxCommitBackoff = 2 * time.Second
+// A failed offset commit is sent again after a backoff that doubles, with
+// jitter, from commitBackoff to maxCommitBackoff.
+const (
+	commitBackoff    = 100 * time.Millisecond
+	maxCommitBackoff = 2 * time.Second
+)
 
 // commitLoop commits the marked offsets after each mark, and retries a
 // failed commit with backoff until it succeeds: kgo does not retry a commit
 // that failed, and a partition whose last records were in that commit
 // would otherwise never be committed.
 func (c *Consumer[TTx]) commitLoop(ctx context.Context) {
-	bo := backoff{min: c.cfg.MinBackoff, max: min(c.cfg.MaxBackoff, maxCommitBackoff)}
+	bo := backoff{min: commitBackoff, max: maxCommitBackoff}
 	for {
 		select {
 		case <-c.commitKey:
@@ -37,7 +43,7 @@ func (c *Consumer[TTx]) commitLoop(ctx context.Context) {
 			}
 			wait := bo.next()
 			c.logger.WarnContext(ctx, "inboxkafka: offset commit failed; retrying", "backoff", wait, "err", err)
-			if !sleepCtx(ctx, wait) {
+			if !inboxtransport.Sleep(ctx, wait) {
 				return
 			}
 		}
@@ -120,16 +126,4 @@ func (c *Consumer[TTx]) commitLocked(ctx context.Context, only map[topicPartitio
 	}
 	c.logger.DebugContext(ctx, "inboxkafka: committed offsets", "offsets", offsets)
 	return nil
-}
-
-// sleepCtx waits for d, and reports false if ctx is done first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

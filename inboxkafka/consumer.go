@@ -13,8 +13,9 @@ import (
 )
 
 // ErrClientClosed is returned by Run when the client was closed while the
-// consumer ran.
-var ErrClientClosed = errors.New("inboxkafka: the client was closed")
+// consumer ran. It is inboxtransport.ErrClosed, which every transport's Run
+// returns for a closed client.
+var ErrClientClosed = inboxtransport.ErrClosed
 
 // Consumer runs poll → process → commit over a kgo client and an inbox
 // client. Make it with New and run it with Run.
@@ -25,15 +26,14 @@ type Consumer[TTx any] struct {
 	cfg     Config
 	logger  *slog.Logger
 	bind    *binding
-	// policy keys, processes, judges and dead-letters the records, and
-	// counts their attempts; its breaker keeps the consumer's outage and
-	// streak.
-	policy *inboxtransport.Policy[TTx, *record]
+	// loop is the delivery loop every transport runs: its Handle keys,
+	// processes, judges and dead-letters each batch of a partition and
+	// settles it through the partition's source, and counts the records'
+	// attempts; its breaker keeps the consumer's outage and streak. The
+	// partitions' workers and rebalances are this package's.
+	loop *inboxtransport.Loop[TTx, *record]
 	// ledger is the takeover ledger (see takeover.go).
 	ledger *inboxtransport.Ledger
-
-	startMu sync.Mutex
-	started bool
 
 	// suspectMu runs the records that partitions run one at a time after
 	// a crash one at a time across the consumer too (see takeover.go).
@@ -81,13 +81,8 @@ type topicPartition struct {
 // The caller keeps ownership of cl: close it after Run returns, with
 // cl.Close or cl.CloseAllowingRebalance.
 func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx], config *Config) (*Consumer[TTx], error) {
-	switch {
-	case cl == nil:
+	if cl == nil {
 		return nil, errors.New("inboxkafka: New: the kgo client is nil")
-	case client == nil:
-		return nil, errors.New("inboxkafka: New: the inbox client is nil")
-	case h == nil:
-		return nil, errors.New("inboxkafka: New: the handler is nil")
 	}
 	cfg := config.withDefaults()
 	if err := cfg.validate(); err != nil {
@@ -97,37 +92,24 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 	if err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
-	c := &Consumer[TTx]{
-		cl:        cl,
-		client:    client,
-		handler:   h,
-		cfg:       cfg,
-		logger:    logger,
-		bind:      b,
-		parts:     make(map[topicPartition]*partition),
-		commitKey: make(chan struct{}, 1),
-	}
-	c.policy, err = inboxtransport.NewPolicy(inboxtransport.Config[TTx, *record]{
-		Client:          client,
-		Handler:         h,
-		Consumer:        cfg.Consumer,
-		Key:             cfg.Key,
-		MaxAttempts:     cfg.MaxAttempts,
-		RetryBackoff:    cfg.MinBackoff,
-		MaxRetryBackoff: cfg.MaxBackoff,
-		Name:            "inboxkafka",
-		Logger:          logger,
-		DeadLetter:      c.deadLetter,
+	c := &Consumer[TTx]{cl: cl, client: client, handler: h, cfg: cfg, bind: b,
+		parts: make(map[topicPartition]*partition), commitKey: make(chan struct{}, 1)}
+	settings := cfg.Settings
+	settings.Workers = 1 // unused: each partition has a worker
+	c.loop, err = inboxtransport.NewLoop(inboxtransport.LoopConfig[TTx, *record]{
+		Name: "inboxkafka", Client: client, Handler: h,
+		Consumer: cfg.Consumer, Key: cfg.Key, Settings: settings,
+		// A partition is processed in offset order, and a record that
+		// failed is tried again in place: its partition holds its place.
+		Ordered: true, RetryInPlace: true,
+		DeadLetter: c.deadLetter,
 		// A revoked partition's records go to the next owner.
 		AbandonOnCancel: true,
 	})
 	if err != nil {
 		return nil, err
 	}
+	c.logger = c.loop.Logger()
 	if c.ledger, err = inboxtransport.NewLedger(client, cfg.Consumer); err != nil {
 		return nil, err
 	}
@@ -139,15 +121,17 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.policy.Breaker() }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.loop.Breaker() }
 
 // Run polls records and processes them until ctx is done, then shuts down
-// gracefully and returns nil. It can be called once.
+// gracefully and returns nil. A Consumer runs once: a second Run returns
+// inboxtransport.ErrRunTwice (the client's fetch position is past the
+// records it polled and did not process).
 //
 // The handler's context carries ctx's values but not its cancellation: a
 // transaction in flight when ctx is cancelled is allowed to finish, and its
 // context is cancelled only when it is abandoned after
-// Config.DrainTimeout.
+// Config.ShutdownTimeout.
 //
 // Each assigned partition has its own worker, so partitions are processed
 // in parallel and each one in offset order, in batches of up to
@@ -157,40 +141,33 @@ func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.policy.Brea
 // dead-lettered.
 //
 // On return, the workers have finished their transactions in flight (or
-// abandoned them after Config.DrainTimeout, and they rolled back), the
+// abandoned them after Config.ShutdownTimeout, and they rolled back), the
 // offsets of what the database committed have been committed, and
 // rebalances are allowed, so that the client can be closed. Run returns
 // ErrClientClosed if the client was closed under it.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
-	c.startMu.Lock()
-	if c.started {
-		c.startMu.Unlock()
-		return errors.New("inboxkafka: Run called twice: make a new Consumer and client")
-	}
-	c.started = true
-	c.startMu.Unlock()
+	return c.loop.RunFunc(ctx, nil, func(ctx, work context.Context, stop func(error)) {
+		c.mu.Lock()
+		c.workCtx = work
+		c.mu.Unlock()
 
-	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelWork()
-	c.mu.Lock()
-	c.workCtx = workCtx
-	c.mu.Unlock()
+		commitCtx, stopCommitter := context.WithCancel(context.WithoutCancel(work))
+		committerDone := make(chan struct{})
+		go func() {
+			defer close(committerDone)
+			c.commitLoop(commitCtx)
+		}()
 
-	commitCtx, stopCommitter := context.WithCancel(workCtx)
-	committerDone := make(chan struct{})
-	go func() {
-		defer close(committerDone)
-		c.commitLoop(commitCtx)
-	}()
+		if err := c.poll(ctx); err != nil {
+			stop(err)
+		}
 
-	err := c.poll(ctx)
-
-	c.shutdown()
-	stopCommitter()
-	<-committerDone
-	c.wg.Wait()
-	c.cl.AllowRebalance()
-	return err
+		c.shutdown()
+		stopCommitter()
+		<-committerDone
+		c.wg.Wait()
+		c.cl.AllowRebalance()
+	})
 }
 
 // poll hands the polled records to their partitions' workers until ctx is

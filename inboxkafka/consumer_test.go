@@ -207,37 +207,6 @@ func failCommit(req *kmsg.OffsetCommitRequest, err *kerr.Error) *kmsg.OffsetComm
 	return resp
 }
 
-// TestSameEventIDOnNewOffsets is case (e): an event produced again onto new
-// offsets (a republishing relay), in its own partition and in another, is
-// applied once; its other copies are duplicates.
-func TestSameEventIDOnNewOffsets(t *testing.T) {
-	forEachProtocol(t, func(t *testing.T, proto protocol) {
-		e := newEnv(t, proto, envOpts{partitions: 3})
-		evs := events(60, 6)
-		var tl tally
-		cfg := consumerConfig()
-		cfg.OnResult = tl.observe
-		r := e.start("a", cfg, e.handler())
-		e.produce(evs)
-		e.produce(evs) // the same ids, in the same partitions, at new offsets
-		moved := make([]event, len(evs))
-		for i, ev := range evs {
-			ev.partition = (e.partitionOf(ev) + 1) % int32(e.partitions)
-			moved[i] = ev
-		}
-		e.produce(moved) // and in other partitions
-		waitFor(t, 2*time.Minute, "every copy processed", func() (bool, error) {
-			return tl.processed() >= int64(3*len(evs)), nil
-		})
-		e.waitCommittedToEnd(time.Minute)
-		r.stop(t)
-
-		e.requireExactlyOnce(ids(evs))
-		require.EqualValues(t, len(evs), tl.applied.Load())
-		require.EqualValues(t, 2*len(evs), tl.duplicates.Load())
-	})
-}
-
 // poisonHandler applies effect, except for records whose value names a
 // failure.
 func (e *env) poisonHandler() inbox.Handler[pgx.Tx] {
@@ -277,7 +246,7 @@ func TestPoisonRecordsAreDeadLettered(t *testing.T) {
 				var tl tally
 				cfg := consumerConfig()
 				cfg.MaxBatch = batch
-				cfg.MaxAttempts = 3
+				cfg.MaxDeliveries = 3
 				cfg.DeadLetterTopic = dlq
 				cfg.OnResult = tl.observe
 				r := e.start("a", cfg, e.poisonHandler())
@@ -385,48 +354,6 @@ func TestPartitionOrderPreserved(t *testing.T) {
 	})
 }
 
-// TestUnavailableStoreIsNotPoison: when the store's connection dies under a
-// handler, the partition pauses and tries again. With MaxAttempts 1, any
-// failure counted as an attempt would dead-letter at once; none is.
-func TestUnavailableStoreIsNotPoison(t *testing.T) {
-	forEachProtocol(t, func(t *testing.T, proto protocol) {
-		e := newEnv(t, proto, envOpts{partitions: 1})
-		evs := events(40, 1)
-		var cut sync.Map
-		h := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			if n, _ := strconv.Atoi(msg.Headers["n"]); n%4 == 1 {
-				if _, loaded := cut.LoadOrStore(msg.ID, true); !loaded {
-					// The server ends this connection, as when the
-					// database restarts.
-					_, err := tx.Exec(ctx, `SELECT pg_terminate_backend(pg_backend_pid())`)
-					return err
-				}
-			}
-			return effect(ctx, e.effects, tx, msg)
-		})
-		var tl tally
-		cfg := consumerConfig()
-		cfg.MaxBatch = 5
-		cfg.MaxAttempts = 1
-		cfg.OnResult = tl.observe
-		r := e.start("a", cfg, h)
-		e.produce(evs)
-		e.waitApplied(len(evs), 2*time.Minute)
-		e.waitCommittedToEnd(time.Minute)
-		r.stop(t)
-
-		e.requireExactlyOnce(ids(evs))
-		require.Empty(t, e.deadLetters())
-		require.Zero(t, tl.deadLettered.Load())
-		tl.mu.Lock()
-		defer tl.mu.Unlock()
-		require.GreaterOrEqual(t, len(tl.errs), len(evs)/4)
-		for _, err := range tl.errs {
-			require.ErrorIs(t, err, inbox.ErrUnavailable)
-		}
-	})
-}
-
 // TestShutdownCommitsWhatTheDatabaseCommitted: when Run's context is
 // cancelled mid-stream, Run finishes the transactions in flight and commits
 // exactly the offsets of what the database committed before it returns.
@@ -468,24 +395,6 @@ func TestShutdownCommitsWhatTheDatabaseCommitted(t *testing.T) {
 		e.requireExactlyOnce(ids(evs))
 		require.Zero(t, tl.duplicates.Load())
 	})
-}
-
-// TestRunTwice: a consumer runs once.
-func TestRunTwice(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, protocols[0], envOpts{partitions: 1})
-	cl, err := kgo.NewClient(e.clientOpts()...)
-	require.NoError(t, err)
-	defer cl.Close()
-	cfg := consumerConfig()
-	c, err := inboxkafka.New(cl, e.client, e.handler(), &cfg)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	require.NoError(t, c.Run(ctx))
-	require.ErrorContains(t, c.Run(ctx), "Run called twice")
-	_, err = inboxkafka.New(cl, e.client, e.handler(), &cfg)
-	require.ErrorContains(t, err, "already runs a Consumer")
 }
 
 // TestRunReturnsWhenTheClientCloses: Run stops, without leaking, when the

@@ -2,6 +2,10 @@
 // each record's effects exactly once, through an inbox.Client: the record's
 // event id is claimed in the same transaction as the handler's side effects,
 // and the record's offset is committed only after that transaction commits.
+// Its partitions' workers and rebalances are its own; each batch is
+// processed and settled through the delivery loop every transport shares
+// (package inboxtransport), and the knobs of its Config that every
+// transport has are in one table in docs/TRANSPORTS.md.
 //
 // A consumer that dies after the commit and before the offset commit gets
 // the record again after the rebalance, as Kafka promises; the inbox finds
@@ -57,9 +61,9 @@
 //
 // On a revoke, the consumer stops the revoked partitions' workers from taking
 // new work, lets their transactions in flight finish (after
-// Config.DrainTimeout it abandons them, and they roll back), commits the
+// Config.ShutdownTimeout it abandons them, and they roll back), commits the
 // offsets of what the database committed, and only then lets the rebalance
-// go on. It retries a failed commit up to Config.DrainTimeout, but not once
+// go on. It retries a failed commit up to Config.ShutdownTimeout, but not once
 // the group has said it no longer knows this member in this generation: the
 // next owner then gets the records again, and finds them duplicates. On lost
 // partitions (the group no longer knows this member), it abandons their
@@ -73,7 +77,7 @@
 // protocol waits for it up to the rebalance timeout (kgo.RebalanceTimeout,
 // 60s by default), and no member consumes meanwhile. Where consumers crash
 // often, shorten the rebalance timeout, keeping it above twice
-// Config.DrainTimeout so that a revoke can finish.
+// Config.ShutdownTimeout so that a revoke can finish.
 //
 // Another member may begin a partition before the last owner finished with
 // it, when the last owner was lost or its drain timed out. The inbox keeps
@@ -83,9 +87,9 @@
 // # Failures
 //
 // A retryable handler error is retried in process, with capped exponential
-// backoff (Config.MinBackoff, Config.MaxBackoff), while the partition waits.
+// backoff (Config.RetryBackoff, Config.MaxRetryBackoff), while the partition waits.
 // A record is dead-lettered, then committed past, when its handler failed
-// Config.MaxAttempts times, at once when it failed with inbox.Permanent, and
+// Config.MaxDeliveries times, at once when it failed with inbox.Permanent, and
 // at once when its KeyFunc finds no id or a malformed one (the KeyFunc runs
 // before processing, through inbox.Client.Key). Dead-lettering stores the
 // record in the inbox's dead-letter table with its topic, partition, offset,

@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -90,12 +91,12 @@ func ExampleConsumer() {
 	consumer, err := inboxkafka.New(cl, client, credit, &inboxkafka.Config{
 		Consumer: "billing",
 		Key:      inbox.HeaderKey("event-id"),
-		OnResult: func(r inboxkafka.Result) {
+		Settings: inboxtransport.Settings{OnResult: func(r inboxkafka.Result) {
 			if r.Err == nil {
-				fmt.Printf("offset %d: %v\n", r.Record.Offset, r.Outcome)
+				fmt.Printf("offset %d: %v\n", r.Message.Source.Offset, r.Outcome)
 				wg.Done()
 			}
-		},
+		}},
 	})
 	if err != nil {
 		fmt.Println(err)

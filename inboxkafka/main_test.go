@@ -63,6 +63,9 @@ import (
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
+	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
@@ -72,8 +75,8 @@ import (
 // goroutine behind: no consumer worker, committer, kgo client or kfake
 // cluster.
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) != "" {
-		os.Exit(runCrashChild())
+	if code, ok := transporttest.Child(transport); ok {
+		os.Exit(code)
 	}
 	code := m.Run()
 	testdb.Stop()
@@ -170,7 +173,7 @@ func newEnv(t testing.TB, proto protocol, o envOpts) *env {
 		session:    o.session,
 	}
 	e.url = testdb.URL(t)
-	e.pool = testPool(t)
+	e.pool = inboxpgxtest.Pool(t)
 	e.schema = testdb.Schema(t)
 
 	kopts := []kfake.Opt{
@@ -311,11 +314,9 @@ func consumerOpts(seeds []string, group, topic string, session time.Duration, pr
 // consumerConfig is the tests' consumer configuration, with fast backoffs.
 func consumerConfig() inboxkafka.Config {
 	return inboxkafka.Config{
-		Consumer:   "billing",
-		Key:        inbox.HeaderKey("event-id"),
-		MaxBatch:   50,
-		MinBackoff: time.Millisecond,
-		MaxBackoff: 20 * time.Millisecond,
+		Consumer: "billing",
+		Key:      inbox.HeaderKey("event-id"),
+		Settings: inboxtransport.Settings{MaxBatch: 50, RetryBackoff: time.Millisecond, MaxRetryBackoff: 20 * time.Millisecond},
 	}
 }
 
@@ -340,10 +341,10 @@ func (tl *tally) observe(r inboxkafka.Result) {
 		tl.errs = append(tl.errs, r.Err)
 	case r.Outcome == inbox.Applied:
 		tl.applied.Add(1)
-		tl.appliedIDs = append(tl.appliedIDs, r.ID)
+		tl.appliedIDs = append(tl.appliedIDs, r.Message.ID)
 	case r.Outcome == inbox.Duplicate:
 		tl.duplicates.Add(1)
-		tl.dupIDs = append(tl.dupIDs, r.ID)
+		tl.dupIDs = append(tl.dupIDs, r.Message.ID)
 	}
 }
 
@@ -397,24 +398,7 @@ func (r *runner) stop(t testing.TB) {
 	})
 }
 
-// waitFor polls cond until it holds, failing the test after timeout.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		ok, err := cond()
-		require.NoError(t, err, what)
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
+var waitFor = transporttest.WaitFor
 
 // appliedCount is how many distinct events have an effect.
 func (e *env) appliedCount() (int, error) {

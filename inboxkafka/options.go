@@ -29,7 +29,7 @@ import (
 //     all of them;
 //   - kgo.OnPartitionsRevoked: stops the revoked partitions' workers, lets
 //     their transactions in flight finish (or abandons them after
-//     Config.DrainTimeout), commits the offsets of what the database
+//     Config.ShutdownTimeout), commits the offsets of what the database
 //     committed, and only then lets the rebalance go on;
 //   - kgo.OnPartitionsLost: stops the lost partitions' workers and commits
 //     nothing for them;

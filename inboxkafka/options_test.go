@@ -3,7 +3,6 @@ package inboxkafka_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -12,6 +11,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -21,7 +21,7 @@ const unreachable = "127.0.0.1:1"
 
 func inboxClient(t *testing.T) *inbox.Client[pgx.Tx] {
 	t.Helper()
-	driver, err := inboxpgx.New(testPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: "unused"}})
+	driver, err := inboxpgx.New(inboxpgxtest.Pool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: "unused"}})
 	require.NoError(t, err)
 	client, err := inbox.NewClient[pgx.Tx](driver, nil)
 	require.NoError(t, err)
@@ -61,10 +61,10 @@ func TestNewRefusesUnsafeClients(t *testing.T) {
 			cfg: func(c *inboxkafka.Config) { c.Key = nil }, want: "Config.Key is required"},
 		{name: "buffer smaller than batch", opts: withOpts(append(inboxkafka.ClientOpts(), kgo.ConsumerGroup("g"))...),
 			cfg: func(c *inboxkafka.Config) { c.MaxBatch, c.MaxBuffered = 100, 10 }, want: "Config.MaxBuffered"},
-		{name: "negative batch", opts: withOpts(append(inboxkafka.ClientOpts(), kgo.ConsumerGroup("g"))...),
-			cfg: func(c *inboxkafka.Config) { c.MaxBatch = -1 }, want: "Config.MaxBatch"},
-		{name: "backoffs inverted", opts: withOpts(append(inboxkafka.ClientOpts(), kgo.ConsumerGroup("g"))...),
-			cfg: func(c *inboxkafka.Config) { c.MinBackoff, c.MaxBackoff = time.Second, time.Millisecond }, want: "Config.MaxBackoff"},
+		{name: "a shared knob", opts: withOpts(append(inboxkafka.ClientOpts(), kgo.ConsumerGroup("g"))...),
+			cfg: func(c *inboxkafka.Config) { c.MaxBatch = -1 }, want: "inboxkafka: Config.MaxBatch"},
+		{name: "workers", opts: withOpts(append(inboxkafka.ClientOpts(), kgo.ConsumerGroup("g"))...),
+			cfg: func(c *inboxkafka.Config) { c.Workers = 4 }, want: "Config.Workers must be 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl, err := kgo.NewClient(tc.opts...)

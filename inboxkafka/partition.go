@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/txinbox/inbox/inboxtransport"
-	"github.com/txinbox/inbox/internal/fault"
 )
 
 // partition is one assignment of a partition to this consumer, and the
@@ -167,7 +166,7 @@ func (p *partition) sleep(d time.Duration) bool {
 func (c *Consumer[TTx]) work(p *partition) {
 	defer close(p.done)
 	defer c.takeoverStop(p)
-	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	bo := backoff{min: c.cfg.RetryBackoff, max: c.cfg.MaxRetryBackoff}
 	resume := func() { c.cl.ResumeFetchPartitions(map[string][]int32{p.tp.topic: {p.tp.partition}}) }
 	first := true
 	for {
@@ -184,7 +183,7 @@ func (c *Consumer[TTx]) work(p *partition) {
 		for len(batch) > 0 {
 			// While the streak breaker is open, every partition waits,
 			// before it takes the lock of the records run one at a time.
-			if d := c.policy.Breaker().Paused(); d > 0 && !p.sleep(d) {
+			if d := c.loop.Breaker().Paused(); d > 0 && !p.sleep(d) {
 				return
 			}
 			step := batch
@@ -229,63 +228,50 @@ func (p *partition) redelivered(offset int64) bool {
 	return p.fetched && offset <= p.firstFetch
 }
 
-// attempt tries recs once, in order, through the delivery policy. It
-// returns how many records from the start are done (applied, duplicates,
-// or dead-lettered) and whether to back off before trying the rest. It
-// marks the done records for commit.
+// attempt tries recs once, in order, through the delivery loop's Handle,
+// which settles the records done through the partition's source: it marks
+// them for commit. It returns how many records from the start are done
+// (applied, duplicates, or dead-lettered) and whether to back off before
+// trying the rest: a record's own failure, to try again after a backoff;
+// or not the record's fault (the store's, a dependency's, a concurrent
+// delivery's), or the streak breaker is open: not an attempt, never a
+// reason to dead-letter. Otherwise (abandoned, or an earlier record was
+// dead-lettered just now) the rest are tried at once.
 func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wait bool) {
-	ctx := p.ctx
 	rs := make([]*record, len(recs))
 	for i, r := range recs {
 		rs[i] = p.record(r)
 	}
-	ss := c.policy.Process(ctx, rs, true)
-	defer func() {
-		if done > 0 {
-			// The records are in the database (or the dead-letter
-			// table); the offset is not committed yet.
-			fault.Inject(ctx, fault.AfterCommitBeforeAck)
-			c.mark(p, recs[done-1])
-		}
-	}()
-	for i, s := range ss {
-		r, id := recs[i], rs[i].tr.Message.ID
-		switch s.Verdict {
-		case inboxtransport.Ack:
-			c.report(Result{Record: r, ID: id, Outcome: s.Outcome, Attempts: s.Attempt - 1})
-		case inboxtransport.DeadLettered:
-			c.report(Result{Record: r, ID: id, Err: s.Err, Fault: s.Fault, Attempts: s.Attempt, DeadLettered: true})
-		case inboxtransport.Retry:
-			// The record's own failure, to try again after a backoff;
-			// or not the record's fault (the store's, a dependency's, a
-			// concurrent delivery's), or the streak breaker is open:
-			// not an attempt, never a reason to dead-letter.
-			n := s.Attempt
-			if !s.Attempted {
-				n--
-			}
-			c.report(Result{Record: r, ID: id, Err: s.Err, Fault: s.Fault, Attempts: n})
-			return done, true
-		default:
-			// Abandoned (the failure is the cancellation's, not the
-			// record's), or an earlier record failed and was
-			// dead-lettered just now: try the rest at once.
-			return done, false
-		}
-		done++
-	}
-	return done, false
+	h := c.loop.Handle(p.ctx, partitionSource[TTx]{c, p}, rs)
+	return h.Done, h.Retried
 }
+
+// partitionSource settles a partition's records for the delivery loop: a
+// record done is marked for the offset commit; one that is not stays where
+// it is, for the worker to try again or for the partition's next owner.
+type partitionSource[TTx any] struct {
+	c *Consumer[TTx]
+	p *partition
+}
+
+// Receive is never called: the partition's worker takes its records.
+func (partitionSource[TTx]) Receive(context.Context, int) ([]*record, error) { return nil, nil }
+
+// Ack marks the last of rs, which are in offset order.
+func (s partitionSource[TTx]) Ack(_ context.Context, rs []*record) { s.c.mark(s.p, rs[len(rs)-1].rec) }
+
+// Reject marks r, which is in the dead-letter table (and topic).
+func (s partitionSource[TTx]) Reject(_ context.Context, r *record, _ string) { s.c.mark(s.p, r.rec) }
+
+// Retry is never called: a record is retried in place.
+func (partitionSource[TTx]) Retry(context.Context, *record, time.Duration) {}
+
+// Release leaves rs to the partition's next owner.
+func (partitionSource[TTx]) Release(context.Context, []*record) {}
 
 // record wraps r for the delivery policy.
 func (p *partition) record(r *kgo.Record) *record {
 	m := message(r)
 	m.Source.Redelivered = p.redelivered(r.Offset)
 	return &record{rec: r, tr: inboxtransport.Delivery{Message: m, Track: p.track + strconv.FormatInt(r.Offset, 10)}}
-}
-
-func (c *Consumer[TTx]) report(r Result) {
-	if c.cfg.OnResult != nil {
-		c.cfg.OnResult(r)
-	}
 }

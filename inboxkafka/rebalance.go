@@ -7,12 +7,14 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 // revoked runs from kgo's OnPartitionsRevoked, before the rebalance goes
 // on. It stops the revoked partitions' workers from taking new work, lets
 // their transactions in flight finish (or abandons them after
-// Config.DrainTimeout), commits the offsets of what the database committed,
+// Config.ShutdownTimeout), commits the offsets of what the database committed,
 // and fences the partitions off, so that nothing is committed for them once
 // it returns.
 func (c *Consumer[TTx]) revoked(ctx context.Context, revoked map[string][]int32) {
@@ -91,13 +93,13 @@ func (c *Consumer[TTx]) lookup(m map[string][]int32) []*partition {
 }
 
 // drain stops the workers of ps from taking new work and waits for them to
-// return. After Config.DrainTimeout, it abandons their transactions in
+// return. After Config.ShutdownTimeout, it abandons their transactions in
 // flight, which roll back, and waits for the workers to notice.
 func (c *Consumer[TTx]) drain(ps []*partition) {
 	for _, p := range ps {
 		p.requestStop()
 	}
-	t := time.NewTimer(c.cfg.DrainTimeout)
+	t := time.NewTimer(max(c.cfg.ShutdownTimeout, 0))
 	defer t.Stop()
 	expired := false
 	for _, p := range ps {
@@ -107,7 +109,7 @@ func (c *Consumer[TTx]) drain(ps []*partition) {
 				continue
 			case <-t.C:
 				expired = true
-				c.logger.Warn("inboxkafka: transactions still in flight after the drain timeout; abandoning them", "timeout", c.cfg.DrainTimeout)
+				c.logger.Warn("inboxkafka: transactions still in flight after the drain timeout; abandoning them", "timeout", c.cfg.ShutdownTimeout)
 				for _, q := range ps {
 					q.abandon()
 				}
@@ -118,7 +120,7 @@ func (c *Consumer[TTx]) drain(ps []*partition) {
 }
 
 // finish commits the offsets of ps, retrying a failed commit until
-// Config.DrainTimeout, then removes ps from the consumer and resumes their
+// Config.ShutdownTimeout, then removes ps from the consumer and resumes their
 // fetching. Under commitMu, no commit for ps is in flight once it returns,
 // and none can start.
 func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
@@ -127,8 +129,8 @@ func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
 		only[p.tp] = p
 	}
 	c.commitMu.Lock()
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.DrainTimeout)
-	bo := backoff{min: c.cfg.MinBackoff, max: min(c.cfg.MaxBackoff, maxCommitBackoff)}
+	cctx, cancel := context.WithTimeout(ctx, max(c.cfg.ShutdownTimeout, maxCommitBackoff))
+	bo := backoff{min: commitBackoff, max: maxCommitBackoff}
 	for {
 		err := c.commitLocked(cctx, only)
 		if err == nil {
@@ -142,7 +144,7 @@ func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
 		}
 		wait := bo.next()
 		c.logger.WarnContext(ctx, "inboxkafka: offset commit before a rebalance failed; retrying", "backoff", wait, "err", err)
-		if !sleepCtx(cctx, wait) {
+		if !inboxtransport.Sleep(cctx, wait) {
 			c.logger.ErrorContext(ctx, "inboxkafka: gave up committing before a rebalance: the next owner redelivers the records, and finds them duplicates", "err", err)
 			break
 		}

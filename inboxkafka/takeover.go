@@ -82,7 +82,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 			}
 			if applied {
 				bo.reset()
-				c.report(Result{Record: first, ID: msg.ID, Outcome: inbox.Duplicate})
+				c.loop.Report(Result{Message: msg, Outcome: inbox.Duplicate})
 				c.mark(p, first)
 				c.commitNow(p)
 				return batch[1:], true
@@ -90,7 +90,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		}
 		r.tr.Message = msg
 		for {
-			err := c.policy.DeadLetter(p.ctx, r, inbox.ReasonCrashedConsumer, cause, crashes)
+			err := c.loop.Policy().DeadLetter(p.ctx, r, inbox.ReasonCrashedConsumer, cause, crashes)
 			if err == nil {
 				break
 			}
@@ -98,7 +98,7 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 				return nil, false
 			}
 		}
-		c.report(Result{Record: first, ID: msg.ID, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true})
+		c.loop.Report(Result{Message: msg, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true, Reason: inbox.ReasonCrashedConsumer})
 		bo.reset()
 		c.mark(p, first)
 		c.commitNow(p)
@@ -150,7 +150,7 @@ func (c *Consumer[TTx]) ledgerFailed(p *partition, msg inbox.Message, what strin
 			"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 		return p.sleep(bo.next())
 	}
-	c.policy.Breaker().Decide(p.ctx, msg, err, 0, 0)
+	c.loop.Breaker().Decide(p.ctx, msg, err, 0, 0)
 	c.logger.DebugContext(p.ctx, "inboxkafka: could not "+what+"; trying again after a backoff",
 		"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 	return p.sleep(bo.next())

@@ -1,29 +1,50 @@
 package inboxnats
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
-// Defaults of the Config fields.
+// Defaults of the Config fields. The shared knobs' defaults are
+// inboxtransport's (see inboxtransport.Settings).
 const (
-	DefaultWorkers         = 2
-	DefaultBatch           = 50
+	DefaultWorkers         = inboxtransport.DefaultWorkers
+	DefaultMaxBatch        = inboxtransport.DefaultMaxBatch
 	DefaultFetchWait       = 5 * time.Second
-	DefaultMaxDeliver      = 5
-	DefaultRetryBackoff    = time.Second
-	DefaultMaxRetryBackoff = 5 * time.Minute
-	DefaultShutdownTimeout = 30 * time.Second
+	DefaultMaxDeliveries   = inboxtransport.DefaultMaxDeliveries
+	DefaultRetryBackoff    = inboxtransport.DefaultRetryBackoff
+	DefaultMaxRetryBackoff = inboxtransport.DefaultMaxRetryBackoff
+	DefaultShutdownTimeout = inboxtransport.DefaultShutdownTimeout
 )
 
 // Config configures a Consumer. Stream, Durable, Consumer and Key are
-// required; every other field has a default.
+// required; every other field has a default. The knobs that every
+// transport shares (Workers, MaxBatch, MaxDeliveries, RetryBackoff,
+// MaxRetryBackoff, ShutdownTimeout, ReplayInterval, OnResult, Logger) are
+// those of the embedded inboxtransport.Settings; docs/TRANSPORTS.md has
+// them in one table. Here:
+//   - MaxBatch is the most messages one Fetch asks for; size the JetStream
+//     consumer's MaxAckPending to at least Workers × MaxBatch × 3: each
+//     worker fetches its next batch while it processes one, and the acks
+//     of the batch before are still on their way to the server (at × 2,
+//     the fetch ahead waited for them: 14,000–17,000 msgs/s against
+//     38,850 at × 4 in inboxlab bench's nats-inbox-batch-100);
+//   - MaxDeliveries must not exceed the JetStream consumer's own
+//     MaxDeliver, if that is set, or the server would drop a message the
+//     inbox has not recorded (Run refuses it); it defaults to the smaller
+//     of the two. Prefer MaxDeliver -1 (unlimited) on the JetStream
+//     consumer. On the last delivery the server allows, a failure of the
+//     message's own dead-letters it whatever was excused;
+//   - a retried message gets NakWithDelay with the backoff, never a bare
+//     Nak, which the server redelivers at once whatever the consumer's
+//     BackOff (nats-io/nats-server#4726).
 type Config struct {
 	// Stream is the JetStream stream to consume. Required.
 	Stream string
@@ -47,18 +68,6 @@ type Config struct {
 	// package ever mints an id.
 	Key inbox.KeyFunc
 
-	// Workers is how many fetch-and-process loops run at once, each with a
-	// batch of its own. Size the JetStream consumer's MaxAckPending to at
-	// least Workers × Batch. Defaults to DefaultWorkers (2), or 1 when
-	// Ordered.
-	Workers int
-
-	// Batch is the most messages one Fetch asks for. The messages one fetch
-	// returns are processed as one batch: one claim statement and one
-	// transaction when no handler fails. Defaults to DefaultBatch (50), or 1
-	// when Ordered.
-	Batch int
-
 	// FetchWait is how long one Fetch waits for its batch to fill before
 	// it returns what it has. Defaults to DefaultFetchWait (5s).
 	FetchWait time.Duration
@@ -70,44 +79,18 @@ type Config struct {
 	// the number of processes pulling from it, and a message that is
 	// retried (NakWithDelay) holds back the ones after it. A dead-lettered
 	// message is terminated and lets the next one through. Workers and
-	// Batch must be 0 or 1. Defaults to false: with several workers, or a
+	// MaxBatch must be 0 or 1. Defaults to false: with several workers, or a
 	// MaxAckPending above 1, a retried message comes back after later ones.
 	Ordered bool
 
-	// MaxDeliver bounds redelivery. A message whose handler fails with a
-	// retryable error of its own on a delivery whose NumDelivered, less
-	// the deliveries that were not attempts, has reached MaxDeliver is
-	// dead-lettered and terminated instead of retried. Failures that say
-	// nothing about the message (inbox.Judge: the store's, whatever its
-	// code, one the handler marked inbox.Unavailable, a lock timeout
-	// behind a concurrent delivery, shutdown, the streak breaker open) are
-	// not attempts and never dead-letter. It must not exceed the JetStream consumer's own
-	// MaxDeliver, if that is set, or the server would drop a message the
-	// inbox has not recorded; prefer MaxDeliver -1 (unlimited) on the
-	// JetStream consumer. Defaults to the JetStream consumer's MaxDeliver
-	// when that is set, else DefaultMaxDeliver (5).
-	MaxDeliver int
-
-	// RetryBackoff is the delay of the NakWithDelay that a message whose
-	// handler failed with a retryable error gets, so that it comes back
-	// after a pause rather than at once (a bare Nak ignores the consumer's
-	// BackOff, nats-io/nats-server#4726). It doubles with each delivery of
-	// the message, up to MaxRetryBackoff. It is also how long fetching
-	// pauses after the store was unavailable, doubling while it stays so.
-	// Defaults to DefaultRetryBackoff (1s).
-	RetryBackoff time.Duration
-
-	// MaxRetryBackoff caps RetryBackoff's doubling. Defaults to
-	// DefaultMaxRetryBackoff (5m).
-	MaxRetryBackoff time.Duration
-
-	// Heartbeat is how often a message held by the consumer (from its
-	// fetch until it is acknowledged, retried or terminated) is sent
-	// InProgress, which restarts the server's AckWait for it, so that a
-	// slow transaction does not see its message delivered again meanwhile.
-	// It must be shorter than the JetStream consumer's AckWait. Defaults to
-	// a third of that AckWait.
-	Heartbeat time.Duration
+	// HeartbeatInterval is how long a message held by the consumer (from
+	// its fetch until it is acknowledged, retried or terminated, the
+	// message fetched ahead while a batch commits included) goes before it
+	// is sent InProgress, which restarts the server's AckWait for it, so
+	// that a slow transaction does not see its message delivered again
+	// meanwhile. It must be shorter than the JetStream consumer's AckWait.
+	// Defaults to a third of that AckWait.
+	HeartbeatInterval time.Duration
 
 	// DoubleAck acknowledges each committed message with DoubleAck, which
 	// waits for the server to confirm the ack, instead of Ack. A lost ack is
@@ -116,56 +99,26 @@ type Config struct {
 	// message. Defaults to false.
 	DoubleAck bool
 
-	// ShutdownTimeout is how long, after Run's context is done, the
-	// messages already being processed get to finish, commit and be
-	// acknowledged. Then their contexts are cancelled and they are released
-	// for redelivery. Negative cancels them at once. Defaults to
-	// DefaultShutdownTimeout (30s).
-	ShutdownTimeout time.Duration
-
-	// Logger receives the consumer's logs: failed fetches and acks,
-	// retries, dead letters. Defaults to nil, which is silent.
-	Logger *slog.Logger
+	inboxtransport.Settings
 }
 
 func (c *Config) withDefaults() Config {
-	var out Config
-	if c != nil {
-		out = *c
+	out := *c
+	if out.Ordered {
+		out.Workers, out.MaxBatch = max(out.Workers, 1), max(out.MaxBatch, 1)
 	}
-	if out.Workers == 0 {
-		out.Workers = DefaultWorkers
-		if out.Ordered {
-			out.Workers = 1
-		}
-	}
-	if out.Batch == 0 {
-		out.Batch = DefaultBatch
-		if out.Ordered {
-			out.Batch = 1
-		}
-	}
-	if out.FetchWait == 0 {
-		out.FetchWait = DefaultFetchWait
-	}
-	if out.RetryBackoff == 0 {
-		out.RetryBackoff = DefaultRetryBackoff
-	}
-	if out.MaxRetryBackoff == 0 {
-		out.MaxRetryBackoff = max(DefaultMaxRetryBackoff, out.RetryBackoff)
-	}
-	if out.ShutdownTimeout == 0 {
-		out.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if out.ShutdownTimeout < 0 {
-		out.ShutdownTimeout = 0
-	}
-	// MaxDeliver and Heartbeat default from the JetStream consumer's
+	// MaxDeliveries defaults from the JetStream consumer's
 	// configuration, which Run reads (resolve).
+	out.Settings = out.Settings.WithDefaults()
+	out.MaxDeliveries = c.MaxDeliveries
+	out.FetchWait = cmp.Or(out.FetchWait, DefaultFetchWait)
 	return out
 }
 
 func (c *Config) validate() error {
+	if err := c.Settings.Validate(); err != nil {
+		return fmt.Errorf("inboxnats: %w", err)
+	}
 	switch {
 	case c.Stream == "":
 		return errors.New("inboxnats: Config.Stream is required")
@@ -173,24 +126,14 @@ func (c *Config) validate() error {
 		return errors.New("inboxnats: Config.Durable is required: create a pull consumer on the stream and name it here")
 	case c.Key == nil:
 		return errors.New("inboxnats: Config.Key is required: read the producer's event id with inbox.HeaderKey(inboxnats.HeaderEventID) or inbox.JSONKey")
-	case c.Workers < 0:
-		return fmt.Errorf("inboxnats: Config.Workers must be positive, got %d", c.Workers)
-	case c.Batch < 0:
-		return fmt.Errorf("inboxnats: Config.Batch must be positive, got %d", c.Batch)
 	case c.Ordered && c.Workers != 1:
 		return fmt.Errorf("inboxnats: Config.Workers must be 1 with Config.Ordered, got %d", c.Workers)
-	case c.Ordered && c.Batch != 1:
-		return fmt.Errorf("inboxnats: Config.Batch must be 1 with Config.Ordered, got %d", c.Batch)
+	case c.Ordered && c.MaxBatch != 1:
+		return fmt.Errorf("inboxnats: Config.MaxBatch must be 1 with Config.Ordered, got %d", c.MaxBatch)
 	case c.FetchWait < 0:
 		return fmt.Errorf("inboxnats: Config.FetchWait must be positive, got %v", c.FetchWait)
-	case c.MaxDeliver < 0:
-		return fmt.Errorf("inboxnats: Config.MaxDeliver must be positive, got %d", c.MaxDeliver)
-	case c.RetryBackoff < 0:
-		return fmt.Errorf("inboxnats: Config.RetryBackoff must not be negative, got %v", c.RetryBackoff)
-	case c.MaxRetryBackoff < c.RetryBackoff:
-		return fmt.Errorf("inboxnats: Config.MaxRetryBackoff must be at least Config.RetryBackoff (%v), got %v", c.RetryBackoff, c.MaxRetryBackoff)
-	case c.Heartbeat < 0:
-		return fmt.Errorf("inboxnats: Config.Heartbeat must not be negative, got %v", c.Heartbeat)
+	case c.HeartbeatInterval < 0:
+		return fmt.Errorf("inboxnats: Config.HeartbeatInterval must not be negative, got %v", c.HeartbeatInterval)
 	}
 	if err := inbox.ValidateConsumer(c.Consumer); err != nil {
 		return fmt.Errorf("inboxnats: Config.Consumer: %w", err)
@@ -203,7 +146,7 @@ func (c *Config) validate() error {
 const serverDefaultAckWait = 30 * time.Second
 
 // resolve completes c with what it takes from the JetStream consumer's
-// configuration: the MaxDeliver and Heartbeat defaults. It refuses a
+// configuration: the MaxDeliveries and HeartbeatInterval defaults. It refuses a
 // consumer the inbox cannot work with.
 func (c Config) resolve(cc jetstream.ConsumerConfig) (Config, error) {
 	if cc.AckPolicy != jetstream.AckExplicitPolicy {
@@ -216,20 +159,20 @@ func (c Config) resolve(cc jetstream.ConsumerConfig) (Config, error) {
 	if ackWait <= 0 {
 		ackWait = serverDefaultAckWait
 	}
-	if c.Heartbeat == 0 {
-		c.Heartbeat = ackWait / 3
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = ackWait / 3
 	}
-	if c.Heartbeat >= ackWait {
-		return c, fmt.Errorf("inboxnats: Config.Heartbeat (%v) must be shorter than the JetStream consumer's AckWait (%v)", c.Heartbeat, ackWait)
+	if c.HeartbeatInterval >= ackWait {
+		return c, fmt.Errorf("inboxnats: Config.HeartbeatInterval (%v) must be shorter than the JetStream consumer's AckWait (%v)", c.HeartbeatInterval, ackWait)
 	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = DefaultMaxDeliver
+	if c.MaxDeliveries == 0 {
+		c.MaxDeliveries = DefaultMaxDeliveries
 		if maxDeliver > 0 {
-			c.MaxDeliver = maxDeliver
+			c.MaxDeliveries = min(c.MaxDeliveries, maxDeliver)
 		}
 	}
-	if maxDeliver > 0 && c.MaxDeliver > maxDeliver {
-		return c, fmt.Errorf("inboxnats: Config.MaxDeliver (%d) exceeds the JetStream consumer's MaxDeliver (%d): the server would give up on a message before the inbox dead-letters it", c.MaxDeliver, maxDeliver)
+	if maxDeliver > 0 && c.MaxDeliveries > maxDeliver {
+		return c, fmt.Errorf("inboxnats: Config.MaxDeliveries (%d) exceeds the JetStream consumer's MaxDeliver (%d): the server would give up on a message before the inbox dead-letters it", c.MaxDeliveries, maxDeliver)
 	}
 	if c.Ordered && maxAckPending != 1 {
 		return c, fmt.Errorf("inboxnats: Config.Ordered needs a JetStream consumer with MaxAckPending 1, and %s/%s has %d", c.Stream, c.Durable, maxAckPending)

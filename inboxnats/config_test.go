@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 )
 
@@ -17,39 +18,21 @@ func validConfig() *Config {
 // TestConfigValidate: each field's error names it.
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name   string
-		adjust func(*Config)
-		want   string
-	}{
-		{"valid", func(*Config) {}, ""},
-		{"no stream", func(c *Config) { c.Stream = "" }, "Config.Stream"},
-		{"no durable", func(c *Config) { c.Durable = "" }, "Config.Durable"},
-		{"no key", func(c *Config) { c.Key = nil }, "Config.Key"},
-		{"no consumer", func(c *Config) { c.Consumer = "" }, "Config.Consumer"},
-		{"negative workers", func(c *Config) { c.Workers = -1 }, "Config.Workers"},
-		{"negative batch", func(c *Config) { c.Batch = -1 }, "Config.Batch"},
-		{"ordered with workers", func(c *Config) { c.Ordered, c.Workers = true, 2 }, "Config.Workers must be 1"},
-		{"ordered with batch", func(c *Config) { c.Ordered, c.Batch = true, 10 }, "Config.Batch must be 1"},
-		{"ordered defaults", func(c *Config) { c.Ordered = true }, ""},
-		{"negative max deliver", func(c *Config) { c.MaxDeliver = -1 }, "Config.MaxDeliver"},
-		{"backoff cap below base", func(c *Config) { c.RetryBackoff, c.MaxRetryBackoff = time.Minute, time.Second }, "Config.MaxRetryBackoff"},
-		{"negative heartbeat", func(c *Config) { c.Heartbeat = -time.Second }, "Config.Heartbeat"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := validConfig()
-			tt.adjust(c)
-			cfg := c.withDefaults()
-			err := cfg.validate()
-			if tt.want == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tt.want)
-		})
-	}
+	transporttest.CheckConfig(t, validConfig, func(c *Config) error {
+		cfg := c.withDefaults()
+		return cfg.validate()
+	}, []transporttest.ConfigCase[Config]{
+		{Name: "valid", Adjust: func(*Config) {}, Want: ""},
+		{Name: "no stream", Adjust: func(c *Config) { c.Stream = "" }, Want: "Config.Stream"},
+		{Name: "no durable", Adjust: func(c *Config) { c.Durable = "" }, Want: "Config.Durable"},
+		{Name: "no key", Adjust: func(c *Config) { c.Key = nil }, Want: "Config.Key"},
+		{Name: "no consumer", Adjust: func(c *Config) { c.Consumer = "" }, Want: "Config.Consumer"},
+		{Name: "a shared knob", Adjust: func(c *Config) { c.Workers = -1 }, Want: "inboxnats: Config.Workers"},
+		{Name: "ordered with workers", Adjust: func(c *Config) { c.Ordered, c.Workers = true, 2 }, Want: "Config.Workers must be 1"},
+		{Name: "ordered with batch", Adjust: func(c *Config) { c.Ordered, c.MaxBatch = true, 10 }, Want: "Config.MaxBatch must be 1"},
+		{Name: "ordered defaults", Adjust: func(c *Config) { c.Ordered = true }, Want: ""},
+		{Name: "negative heartbeat", Adjust: func(c *Config) { c.HeartbeatInterval = -time.Second }, Want: "Config.HeartbeatInterval"},
+	})
 }
 
 // TestConfigResolve covers the defaults and checks taken from the
@@ -61,25 +44,25 @@ func TestConfigResolve(t *testing.T) {
 
 	got, err := base.resolve(explicit)
 	require.NoError(t, err)
-	require.Equal(t, 10*time.Second, got.Heartbeat, "a third of the server's default AckWait")
-	require.Equal(t, DefaultMaxDeliver, got.MaxDeliver)
+	require.Equal(t, 10*time.Second, got.HeartbeatInterval, "a third of the server's default AckWait")
+	require.Equal(t, DefaultMaxDeliveries, got.MaxDeliveries)
 
 	cc := explicit
 	cc.AckWait, cc.MaxDeliver = 9*time.Second, 3
 	got, err = base.resolve(cc)
 	require.NoError(t, err)
-	require.Equal(t, 3*time.Second, got.Heartbeat)
-	require.Equal(t, 3, got.MaxDeliver, "the consumer's MaxDeliver")
+	require.Equal(t, 3*time.Second, got.HeartbeatInterval)
+	require.Equal(t, 3, got.MaxDeliveries, "at most the consumer's MaxDeliver")
 
 	cfg := base
-	cfg.MaxDeliver = 4
+	cfg.MaxDeliveries = 4
 	_, err = cfg.resolve(cc)
 	require.ErrorContains(t, err, "exceeds the JetStream consumer's MaxDeliver")
 
 	cfg = base
-	cfg.Heartbeat = 9 * time.Second
+	cfg.HeartbeatInterval = 9 * time.Second
 	_, err = cfg.resolve(cc)
-	require.ErrorContains(t, err, "Config.Heartbeat")
+	require.ErrorContains(t, err, "Config.HeartbeatInterval")
 
 	for _, p := range []jetstream.AckPolicy{jetstream.AckNonePolicy, jetstream.AckAllPolicy} {
 		cc := explicit

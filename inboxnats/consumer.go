@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,12 +14,14 @@ import (
 )
 
 // ErrClosed is returned by Run when the NATS connection under it was
-// closed: nothing can be fetched or acknowledged any more.
-var ErrClosed = errors.New("inboxnats: the NATS connection was closed")
+// closed: nothing can be fetched or acknowledged any more. It is
+// inboxtransport.ErrClosed, which every transport's Run returns for a
+// closed client.
+var ErrClosed = inboxtransport.ErrClosed
 
-// settleTimeout bounds each DoubleAck and dead-letter write that settles a
-// message. They run even after Run's context is done, so that work that
-// committed is acknowledged during a shutdown.
+// settleTimeout bounds each DoubleAck that settles a message. It runs even
+// after Run's context is done, so that work that committed is
+// acknowledged during a shutdown.
 const settleTimeout = 10 * time.Second
 
 // Fetch errors pause the worker, doubling from the first to the last.
@@ -35,29 +35,13 @@ const (
 // after the transaction that recorded it committed, and terminates one only
 // after it was dead-lettered. Create one with New and start it with Run.
 type Consumer[TTx any] struct {
-	js      jetstream.JetStream
-	client  *inbox.Client[TTx]
-	handler inbox.Handler[TTx]
-	config  Config
-	logger  *slog.Logger
-	leases  *leases
-
-	// maxDeliver and beat are Config's, completed from the JetStream
-	// consumer's configuration by Run before it starts its goroutines;
-	// serverMaxDeliver is the JetStream consumer's own MaxDeliver, or 0
-	// when it sets none.
-	maxDeliver       int
-	serverMaxDeliver int
-	beat             time.Duration
-
-	// breaker judges failures and keeps the consumer's outage and streak.
-	breaker *inboxtransport.Breaker
-	// policy keys, processes, judges and dead-letters what is fetched,
-	// and counts each message's deliveries that were not attempts, which
-	// NumDelivered includes. Run makes it, with maxDeliver.
-	policy *inboxtransport.Policy[TTx, *delivery]
-
-	running atomic.Bool
+	js     jetstream.JetStream
+	config Config
+	logger *slog.Logger
+	// loop is the delivery loop every transport runs; src is this
+	// consumer's JetStream side of it.
+	loop *inboxtransport.Loop[TTx, *delivery]
+	src  *source[TTx]
 }
 
 // New returns a consumer of the JetStream pull consumer config.Durable on
@@ -67,42 +51,34 @@ type Consumer[TTx any] struct {
 // default. The NATS connection's own reconnect options decide how a lost
 // connection is re-established; Run keeps fetching once it is.
 func New[TTx any](js jetstream.JetStream, client *inbox.Client[TTx], handler inbox.Handler[TTx], config *Config) (*Consumer[TTx], error) {
-	switch {
-	case js == nil:
+	if js == nil {
 		return nil, errors.New("inboxnats: New: JetStream is nil")
-	case client == nil:
-		return nil, errors.New("inboxnats: New: inbox client is nil")
-	case handler == nil:
-		return nil, errors.New("inboxnats: New: handler is nil")
-	case config == nil:
-		return nil, errors.New("inboxnats: New: config is nil: Stream, Durable, Consumer and Key are required")
 	}
-	cfg := config.withDefaults()
-	if err := cfg.validate(); err != nil {
+	cfg, err := inboxtransport.Complete("inboxnats", config, "Stream, Durable, Consumer and Key", (*Config).withDefaults, (*Config).validate)
+	if err != nil {
 		return nil, err
 	}
-	logger := cfg.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+	c := &Consumer[TTx]{js: js, config: cfg}
+	c.loop, err = inboxtransport.NewLoop(inboxtransport.LoopConfig[TTx, *delivery]{
+		Name: "inboxnats", Client: client, Handler: handler,
+		Consumer: cfg.Consumer, Key: cfg.Key, Settings: cfg.Settings,
+		Ordered:        cfg.Ordered,
+		ReceiveBackoff: fetchErrorBackoff, MaxReceiveBackoff: maxFetchErrorBackoff,
+	})
+	if err != nil {
+		return nil, err
 	}
-	return &Consumer[TTx]{
-		js:      js,
-		client:  client,
-		handler: handler,
-		config:  cfg,
-		logger:  logger,
-		leases:  newLeases(),
-		breaker: inboxtransport.NewBreaker(cfg.Consumer, client.Config(), logger),
-	}, nil
+	c.logger, c.src = c.loop.Logger(), &source[TTx]{c: c}
+	return c, nil
 }
 
 // Breaker returns the consumer's Breaker, whose State shows a store
 // outage or an open streak breaker.
-func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.breaker }
+func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.loop.Breaker() }
 
 // Config returns the consumer's configuration with defaults applied, except
 // those that Run takes from the JetStream consumer's configuration
-// (MaxDeliver and Heartbeat are left as given).
+// (MaxDeliveries and HeartbeatInterval are left as given).
 func (c *Consumer[TTx]) Config() Config { return c.config }
 
 // Run consumes until ctx is done, then shuts down gracefully:
@@ -118,64 +94,50 @@ func (c *Consumer[TTx]) Config() Config { return c.config }
 // configuration; it returns an error if the stream or the consumer does not
 // exist or does not suit (see Config). It returns ErrClosed when the NATS
 // connection is closed under it. Other errors of NATS and of the store are
-// logged and retried, never returned. Run returns an error at once if the
-// consumer is already running.
+// logged and retried, never returned. A Consumer runs once: a second Run
+// returns inboxtransport.ErrRunTwice.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
-	if !c.running.CompareAndSwap(false, true) {
-		return errors.New("inboxnats: Run: the consumer is already running")
-	}
-	defer c.running.Store(false)
+	return c.loop.Run(ctx, c.src)
+}
 
-	cons, err := c.lookup(ctx)
+// source is the consumer's JetStream side of the delivery loop.
+type source[TTx any] struct {
+	c    *Consumer[TTx]
+	cons jetstream.Consumer
+	// beat is Config.HeartbeatInterval, completed from the JetStream
+	// consumer's configuration by Start; serverMaxDeliver is the
+	// JetStream consumer's own MaxDeliver, or 0 when it sets none.
+	beat             time.Duration
+	serverMaxDeliver int
+}
+
+// Start looks the JetStream consumer up and completes the configuration
+// from it.
+func (s *source[TTx]) Start(ctx context.Context) error {
+	c := s.c
+	cons, err := s.lookup(ctx)
 	if err != nil || cons == nil {
 		return err
 	}
-	cfg, err := c.config.resolve(cons.CachedInfo().Config)
+	info := cons.CachedInfo().Config
+	cfg, err := c.config.resolve(info)
 	if err != nil {
 		return err
 	}
-	c.maxDeliver, c.beat = cfg.MaxDeliver, cfg.Heartbeat
-	c.serverMaxDeliver = max(cons.CachedInfo().Config.MaxDeliver, 0)
-	if c.policy, err = c.newPolicy(); err != nil {
-		return err
-	}
-	if mp := cons.CachedInfo().Config.MaxAckPending; mp > 0 && mp < cfg.Workers*cfg.Batch {
-		c.logger.WarnContext(ctx, "inboxnats: the JetStream consumer's MaxAckPending is below Workers × Batch: fetches will come back short",
-			"stream", cfg.Stream, "durable", cfg.Durable, "max_ack_pending", mp, "workers", cfg.Workers, "batch", cfg.Batch)
-	}
-
-	// fetchCtx ends when ctx does or the connection was closed.
-	fetchCtx, stopFetching := context.WithCancel(ctx)
-	defer stopFetching()
-	var closed atomic.Bool
-	// Work in progress gets ShutdownTimeout to finish.
-	workCtx, finish := inboxtransport.WorkContext(fetchCtx, c.config.ShutdownTimeout)
-	defer finish()
-	hbCtx, stopHeartbeat := context.WithCancel(workCtx)
-	var hb sync.WaitGroup
-	hb.Go(func() { c.heartbeat(hbCtx) })
-
-	var wg sync.WaitGroup
-	for range c.config.Workers {
-		wg.Go(func() {
-			if c.work(fetchCtx, workCtx, cons) {
-				closed.Store(true)
-				stopFetching()
-			}
-		})
-	}
-	wg.Wait()
-	stopHeartbeat()
-	hb.Wait()
-	if closed.Load() {
-		return ErrClosed
+	s.cons, s.beat = cons, cfg.HeartbeatInterval
+	s.serverMaxDeliver = max(info.MaxDeliver, 0)
+	c.loop.SetMaxDeliveries(cfg.MaxDeliveries)
+	if mp := info.MaxAckPending; mp > 0 && mp < cfg.Workers*cfg.MaxBatch {
+		c.logger.WarnContext(ctx, "inboxnats: the JetStream consumer's MaxAckPending is below Workers × MaxBatch: fetches will come back short",
+			"stream", cfg.Stream, "durable", cfg.Durable, "max_ack_pending", mp, "workers", cfg.Workers, "max_batch", cfg.MaxBatch)
 	}
 	return nil
 }
 
 // lookup finds the JetStream consumer, retrying errors that may pass. It
 // returns nil, nil when ctx is done first.
-func (c *Consumer[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) {
+func (s *source[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) {
+	c := s.c
 	backoff := fetchErrorBackoff
 	for {
 		cons, err := c.js.Consumer(ctx, c.config.Stream, c.config.Durable)
@@ -196,58 +158,104 @@ func (c *Consumer[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) 
 	}
 }
 
-// work fetches and processes batches until ctx is done. It reports whether
-// it stopped because the connection was closed.
-func (c *Consumer[TTx]) work(ctx, workCtx context.Context, cons jetstream.Consumer) (closed bool) {
-	backoff := fetchErrorBackoff
-	for {
-		c.policy.Wait(ctx)
-		if ctx.Err() != nil {
-			return false
+// Receive asks for up to n messages and waits up to FetchWait for them.
+// It returns the messages it got even when the fetch then failed.
+func (s *source[TTx]) Receive(ctx context.Context, n int) ([]*delivery, error) {
+	c := s.c
+	if s.cons == nil {
+		return nil, ctx.Err() // Start found ctx done
+	}
+	fctx, cancel := context.WithTimeout(ctx, c.config.FetchWait)
+	defer cancel()
+	b, err := s.cons.Fetch(n, jetstream.FetchContext(fctx))
+	if err == nil {
+		var ds []*delivery
+		for m := range b.Messages() {
+			d := newDelivery(c.config.Stream, m)
+			// On the last delivery that the JetStream consumer's own
+			// MaxDeliver allows, a failure of its own must dead-letter
+			// the message now: the server will not deliver it again.
+			d.tr.Last = s.serverMaxDeliver > 0 && d.delivered >= s.serverMaxDeliver
+			ds = append(ds, d)
 		}
-		ds, err := c.fetch(ctx, cons)
-		if len(ds) > 0 {
-			c.leases.Add(ds...)
-			if ctx.Err() != nil {
-				// Fetched as the consumer stopped: let them go.
-				c.release(workCtx, ds)
-				return false
-			}
-			c.process(workCtx, ds)
+		if err = b.Error(); errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The fetch waited its FetchWait out: not a failure.
+			err = nil
 		}
-		switch {
-		case err == nil:
-			backoff = fetchErrorBackoff
-		case ctx.Err() != nil:
-			return false
-		case c.js.Conn().IsClosed():
-			return true
-		default:
-			c.logger.WarnContext(ctx, "inboxnats: fetch failed", "stream", c.config.Stream, "durable", c.config.Durable,
-				"backoff", backoff, "err", err)
-			inboxtransport.Sleep(ctx, backoff)
-			backoff = min(backoff*2, maxFetchErrorBackoff)
+		if err == nil {
+			return ds, nil
 		}
+		return ds, s.fetchFailed(err)
+	}
+	return nil, s.fetchFailed(err)
+}
+
+// fetchFailed is the error of a failed fetch: ErrClosed once the
+// connection is closed for good.
+func (s *source[TTx]) fetchFailed(err error) error {
+	if s.c.js.Conn().IsClosed() {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return fmt.Errorf("inboxnats: fetch from %s/%s: %w", s.c.config.Stream, s.c.config.Durable, err)
+}
+
+// Ack acknowledges ds, whose transactions committed. A lost ack is logged
+// and left: the message comes back when its AckWait runs out, and the
+// inbox skips it.
+func (s *source[TTx]) Ack(ctx context.Context, ds []*delivery) {
+	for _, d := range ds {
+		var err error
+		if s.c.config.DoubleAck {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+			err = d.raw.DoubleAck(sctx)
+			cancel()
+		} else {
+			err = d.raw.Ack()
+		}
+		s.failed(ctx, d, "ack failed; the message will be delivered again and skipped", err)
 	}
 }
 
-// fetch asks for up to Batch messages and waits up to FetchWait for them.
-// It returns the messages it got even when the fetch then failed.
-func (c *Consumer[TTx]) fetch(ctx context.Context, cons jetstream.Consumer) ([]*delivery, error) {
-	fctx, cancel := context.WithTimeout(ctx, c.config.FetchWait)
-	defer cancel()
-	b, err := cons.Fetch(c.config.Batch, jetstream.FetchContext(fctx))
+// Reject terminates d, which is in the dead-letter store, so that the
+// server never delivers it again: TermWithReason where the server has it
+// (2.10.4 and later), Term before, where TermWithReason is ignored and
+// would leave the message to be redelivered. A failed term lets it come
+// back and be dead-lettered again, which updates the stored dead letter.
+func (s *source[TTx]) Reject(ctx context.Context, d *delivery, reason string) {
+	var err error
+	if termWithReason(s.c.js.Conn().ConnectedServerVersion()) {
+		err = d.raw.TermWithReason("inbox dead letter: " + reason)
+	} else {
+		err = d.raw.Term()
+	}
+	s.failed(ctx, d, "term failed; the message will be delivered again", err)
+}
+
+// Retry asks for d to be delivered again after delay.
+func (s *source[TTx]) Retry(ctx context.Context, d *delivery, delay time.Duration) {
+	s.failed(ctx, d, "nak failed; the message comes back when its AckWait runs out", d.raw.NakWithDelay(delay))
+}
+
+// Release hands ds back for another consumer at once, with a plain Nak:
+// nothing was wrong with them.
+func (s *source[TTx]) Release(ctx context.Context, ds []*delivery) {
+	for _, d := range ds {
+		s.failed(ctx, d, "release failed; the message comes back when its AckWait runs out", d.raw.Nak())
+	}
+}
+
+// Extend restarts d's AckWait with InProgress.
+func (s *source[TTx]) Extend(_ context.Context, d *delivery) error {
+	return d.raw.InProgress()
+}
+
+// ExtendInterval is Config.HeartbeatInterval, as Start completed it.
+func (s *source[TTx]) ExtendInterval() time.Duration { return s.beat }
+
+// failed logs err, if any, of what was done with d.
+func (s *source[TTx]) failed(ctx context.Context, d *delivery, what string, err error) {
 	if err != nil {
-		return nil, err
+		s.c.logger.WarnContext(ctx, "inboxnats: "+what,
+			"stream", s.c.config.Stream, "sequence", d.tr.Message.Source.Offset, "err", err)
 	}
-	var ds []*delivery
-	for m := range b.Messages() {
-		ds = append(ds, newDelivery(c.config.Stream, m))
-	}
-	err = b.Error()
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		// The fetch waited its FetchWait out: not a failure.
-		err = nil
-	}
-	return ds, err
 }

@@ -2,7 +2,6 @@ package inboxnats
 
 import (
 	"strconv"
-	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,12 +25,6 @@ type delivery struct {
 	raw       jetstream.Msg
 	tr        inboxtransport.Delivery // its message; ID is empty until the KeyFunc ran
 	delivered int                     // NumDelivered
-
-	// mu serialises the acknowledgements of this delivery: a heartbeat
-	// (InProgress) never runs concurrently with, or after, the ack, nak or
-	// term that settles it.
-	mu      sync.Mutex
-	settled bool
 }
 
 // newDelivery wraps m. The message's Source holds the stream as Queue,
@@ -82,17 +75,4 @@ func headers(h nats.Header) map[string]string {
 		}
 	}
 	return out
-}
-
-// settle marks d as settled, waiting for a heartbeat in progress on it, so
-// that no InProgress is sent for it afterwards. It reports whether d was
-// still unsettled.
-func (d *delivery) settle() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return false
-	}
-	d.settled = true
-	return true
 }

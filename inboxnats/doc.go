@@ -1,6 +1,8 @@
 // Package inboxnats consumes a NATS JetStream stream through the inbox:
 // each message is applied exactly once per consumer, and acknowledged only
-// after the transaction that recorded it committed.
+// after the transaction that recorded it committed. It runs the delivery
+// loop every transport shares (package inboxtransport); the knobs of its
+// Config that every transport has are in one table in docs/TRANSPORTS.md.
 //
 // JetStream delivers at least once. A consumer that applies a message and
 // dies before its ack gets the same message again when its AckWait runs
@@ -21,7 +23,7 @@
 //		Durable:    "billing",
 //		AckPolicy:  jetstream.AckExplicitPolicy,
 //		AckWait:    30 * time.Second,
-//		MaxDeliver: -1, // the inbox bounds redelivery (Config.MaxDeliver)
+//		MaxDeliver: -1, // the inbox bounds redelivery (Config.MaxDeliveries)
 //	})
 //	if err != nil {
 //		return err
@@ -44,17 +46,19 @@
 //
 // # Fetching and acknowledging
 //
-// Each of Config.Workers workers fetches up to Config.Batch messages and
+// Each of Config.Workers workers fetches up to Config.MaxBatch messages and
 // processes them as one batch (inbox.Client.ProcessBatch: one claim
 // statement and one transaction unless a handler fails, and a failing
 // message is isolated from its batch-mates). Then it acknowledges each
 // message whose transaction committed, applied or found to be a duplicate
 // (Ack, or DoubleAck with Config.DoubleAck). Nothing is acknowledged
 // before its commit. A failed ack is logged and left: the message comes
-// back and the inbox skips it.
+// back and the inbox skips it. While a batch commits, the worker's next
+// fetch is already under way (at most one batch ahead), so that the server
+// and the database do not wait for each other.
 //
 // While the consumer holds a message, from its fetch until it is settled, a
-// heartbeat sends it InProgress every Config.Heartbeat (a third of the
+// heartbeat sends it InProgress every Config.HeartbeatInterval (a third of the
 // JetStream consumer's AckWait by default), so that a slow transaction does
 // not see its message delivered to another worker meanwhile.
 //
@@ -72,7 +76,7 @@
 //     at once;
 //   - its handler failed with a retryable error of its own on a delivery
 //     whose NumDelivered, less the deliveries to this consumer that were
-//     not attempts, reached Config.MaxDeliver (inbox.ReasonMaxAttempts).
+//     not attempts, reached Config.MaxDeliveries (inbox.ReasonMaxAttempts).
 //     On the last delivery that the JetStream consumer's own MaxDeliver
 //     allows, a failure of its own dead-letters it whatever was excused:
 //     the server would not deliver it again.

@@ -2,10 +2,6 @@ module github.com/txinbox/inbox/inboxnats
 
 go 1.26.0
 
-replace github.com/txinbox/inbox => ..
-
-replace github.com/txinbox/inbox/inboxpgx => ../inboxpgx
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/nats-io/nats-server/v2 v2.15.3

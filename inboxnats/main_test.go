@@ -28,13 +28,10 @@ package inboxnats_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net"
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,16 +42,25 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxnats"
-	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
+	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/tcpproxy"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { transporttest.Main(m, transport) }
+
+// TestTransport runs the transport conformance suite on the machine's
+// JetStream server.
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
+
+// transport is the suite's harness: a stream and a pull consumer of its
+// own per queue on the machine's server, with AckWait testAckWait.
+func transport() transporttest.Transport[pgx.Tx] {
+	return inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true}, newQueue, openQueue)
+}
 
 // Test timings. AckWait is short so that redeliveries come quickly; every
 // wait on it polls a condition with a deadline.
@@ -83,7 +89,7 @@ type natsServer struct {
 
 // machineServer returns the machine's server, skipping t when it does not
 // answer (failing it in CI).
-func machineServer(t *testing.T) *natsServer {
+func machineServer(t testing.TB) *natsServer {
 	t.Helper()
 	u := machineURL()
 	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
@@ -170,29 +176,12 @@ type harness struct {
 	subject string
 	pool    *pgxpool.Pool
 	client  *inbox.Client[pgx.Tx]
-	effects string // quoted table name
+	fx      *inboxpgxtest.Effects
 }
 
 func newHarness(t *testing.T, srv *natsServer) *harness {
 	t.Helper()
-	pool := testPool(t)
-	schema := testdb.Schema(t)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
-	m, err := inboxmigrate.New(d)
-	require.NoError(t, err)
-	_, err = m.Up(context.Background())
-	require.NoError(t, err)
-	client, err := inbox.NewClient[pgx.Tx](d, nil)
-	require.NoError(t, err)
-	effects := pgx.Identifier{schema, "effects"}.Sanitize()
-	_, err = pool.Exec(context.Background(), `CREATE TABLE `+effects+` (
-  seq      bigserial PRIMARY KEY,
-  event_id uuid NOT NULL,
-  n        int  NOT NULL DEFAULT 0
-)`)
-	require.NoError(t, err)
-
+	st := inboxpgxtest.NewStore(t)
 	admin, err := nats.Connect(srv.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)
@@ -204,9 +193,9 @@ func newHarness(t *testing.T, srv *natsServer) *harness {
 		js:      jetstreamOf(admin),
 		stream:  "INBOXTEST_" + suffix,
 		subject: "inboxtest." + suffix,
-		pool:    pool,
-		client:  client,
-		effects: effects,
+		pool:    st.Pool,
+		client:  st.Client,
+		fx:      st.Effects,
 	}
 	_, err = h.js.CreateStream(context.Background(), jetstream.StreamConfig{
 		Name:     h.stream,
@@ -269,10 +258,7 @@ func (h *harness) waitSettled(durable string) *jetstream.ConsumerInfo {
 }
 
 // event is a test message body.
-type event struct {
-	N      int    `json:"n"`
-	Poison string `json:"poison,omitempty"`
-}
+type event = inboxpgxtest.Event
 
 // publish publishes e with id in the event-id header ("" for none) and
 // returns its stream sequence. opts add publish options, such as a
@@ -291,68 +277,23 @@ func (h *harness) publish(id string, e event, opts ...jetstream.PublishOpt) uint
 	return ack.Sequence
 }
 
-// effectCount is how many effect rows the event has.
-func (h *harness) effectCount(eventID string) int {
-	h.t.Helper()
-	var n int
-	err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+h.effects+` WHERE event_id = $1`, eventID).Scan(&n)
-	require.NoError(h.t, err)
-	return n
-}
-
-// effectOrder is the n of every effect row, in the order they committed.
-func (h *harness) effectOrder() []int {
-	h.t.Helper()
-	rows, err := h.pool.Query(context.Background(), `SELECT n FROM `+h.effects+` ORDER BY seq`)
-	require.NoError(h.t, err)
-	order, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	require.NoError(h.t, err)
-	return order
-}
-
-// applyEffect is the side effect of the test handlers: one row per
-// application of the event, in the message's transaction.
-func (h *harness) applyEffect(ctx context.Context, tx pgx.Tx, msg inbox.Message) (event, error) {
-	var e event
-	if err := json.Unmarshal(msg.Payload, &e); err != nil {
-		return e, inbox.Permanent(err)
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+h.effects+` (event_id, n) VALUES ($1, $2)`, msg.ID, e.N)
-	return e, err
-}
-
-// effectHandler applies the effect and counts its calls.
-func (h *harness) effectHandler(calls *atomic.Int32) inbox.Handler[pgx.Tx] {
-	return inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		calls.Add(1)
-		_, err := h.applyEffect(ctx, tx, msg)
-		return err
-	})
-}
-
 // config is the test consumer configuration for durable.
 func (h *harness) config(durable string) *inboxnats.Config {
 	return &inboxnats.Config{
-		Stream:          h.stream,
-		Durable:         durable,
-		Consumer:        "billing",
-		Key:             inbox.HeaderKey(inboxnats.HeaderEventID),
-		FetchWait:       500 * time.Millisecond,
-		RetryBackoff:    100 * time.Millisecond,
-		ShutdownTimeout: 10 * time.Second,
-		Logger:          slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Stream:    h.stream,
+		Durable:   durable,
+		Consumer:  "billing",
+		Key:       inbox.HeaderKey(inboxnats.HeaderEventID),
+		FetchWait: 500 * time.Millisecond,
+		Settings:  transporttest.Settings(h.t),
 	}
 }
 
 // running is a consumer started by start.
 type running struct {
-	t      *testing.T
-	nc     *nats.Conn
-	proxy  *tcpproxy.Proxy
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
+	*transporttest.Running
+	nc    *nats.Conn
+	proxy *tcpproxy.Proxy
 }
 
 // crash closes the consumer's connection for good: from then on it can
@@ -362,7 +303,8 @@ func (r *running) crash() { r.nc.Close() }
 // start runs a consumer of cfg with a connection of its own through a
 // proxy. wrap, if not nil, wraps Run's context (to arm fault hooks); it
 // gets the consumer before Run starts. The consumer is stopped at the end
-// of the test if the test has not stopped it.
+// of the test if the test has not stopped it; Stop closes its connection
+// and proxy.
 func (h *harness) start(cfg *inboxnats.Config, handler inbox.Handler[pgx.Tx], wrap func(*running, context.Context) context.Context) *running {
 	h.t.Helper()
 	proxy, err := tcpproxy.Start(h.srv.addr)
@@ -373,54 +315,18 @@ func (h *harness) start(cfg *inboxnats.Config, handler inbox.Handler[pgx.Tx], wr
 		nats.ReconnectJitter(0, 0),
 	)
 	require.NoError(h.t, err)
-	r := &running{t: h.t, nc: nc, proxy: proxy, done: make(chan error, 1)}
+	r := &running{nc: nc, proxy: proxy}
 	consumer, err := inboxnats.New(jetstreamOf(nc), h.client, handler, cfg)
 	require.NoError(h.t, err)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	if wrap != nil {
 		ctx = wrap(r, ctx)
 	}
-	r.cancel = cancel
-	go func() { r.done <- consumer.Run(ctx) }()
-	h.t.Cleanup(func() { r.stop() })
+	r.Running = transporttest.Start(h.t, ctx, consumer.Run, func() { nc.Close(); proxy.Close() })
 	return r
 }
 
-// stop cancels the consumer and waits for Run to return, then closes its
-// connection and proxy. It returns Run's error.
-func (r *running) stop() error {
-	r.t.Helper()
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case r.err = <-r.done:
-		case <-time.After(waitDeadline):
-			r.t.Fatalf("Run did not return within %v of its context's cancellation", waitDeadline)
-		}
-		r.nc.Close()
-		r.proxy.Close()
-	})
-	return r.err
-}
-
-// eventually polls cond until it holds, failing t at the deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", waitDeadline, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitClosed waits for ch to be closed, failing t at the deadline.
-func waitClosed(t testing.TB, what string, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitDeadline):
-		t.Fatalf("timed out after %v waiting for: %s", waitDeadline, what)
-	}
-}
+var (
+	eventually = transporttest.Eventually
+	waitClosed = transporttest.WaitClosed
+)

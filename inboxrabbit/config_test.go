@@ -7,52 +7,38 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestConfigValidate: each field's error names it.
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name   string
-		adjust func(*Config)
-		want   string
-	}{
-		{"valid", func(*Config) {}, ""},
-		{"no queue", func(c *Config) { c.Queue = "" }, "Config.Queue"},
-		{"no key", func(c *Config) { c.Key = nil }, "Config.Key"},
-		{"no consumer", func(c *Config) { c.Consumer = "" }, "Config.Consumer"},
-		{"negative workers", func(c *Config) { c.Workers = -1 }, "Config.Workers"},
-		{"prefetch below batch", func(c *Config) { c.Batch, c.Prefetch = 10, 5 }, "Config.Prefetch"},
-		{"prefetch too large", func(c *Config) { c.Prefetch = 70000 }, "Config.Prefetch"},
-		{"ordered defaults", func(c *Config) { c.Ordered = true }, ""},
-		{"ordered with workers", func(c *Config) { c.Ordered, c.Workers = true, 2 }, "Config.Workers must be 1"},
-		{"ordered with batch", func(c *Config) { c.Ordered, c.Batch, c.Prefetch = true, 5, 5 }, "Config.Batch must be 1"},
-		{"ordered with prefetch", func(c *Config) { c.Ordered, c.Prefetch = true, 5 }, "Config.Prefetch must be 1"},
-		{"negative max deliveries", func(c *Config) { c.MaxDeliveries = -1 }, "Config.MaxDeliveries"},
-		{"retry cap over the limit", func(c *Config) { c.MaxRetryBackoff = time.Hour }, "Config.MaxRetryBackoff"},
-		{"reconnect cap below base", func(c *Config) { c.ReconnectBackoff, c.MaxReconnectBackoff = time.Minute, time.Second }, "Config.MaxReconnectBackoff"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			c := &Config{Queue: "q", Consumer: "billing", Key: inbox.HeaderKey(HeaderEventID)}
-			tt.adjust(c)
-			cfg := c.withDefaults()
-			err := cfg.validate()
-			if tt.want == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorContains(t, err, tt.want)
-		})
-	}
+	transporttest.CheckConfig(t, func() *Config { return &Config{Queue: "q", Consumer: "billing", Key: inbox.HeaderKey(HeaderEventID)} }, func(c *Config) error {
+		cfg := c.withDefaults()
+		return cfg.validate()
+	}, []transporttest.ConfigCase[Config]{
+		{Name: "valid", Adjust: func(*Config) {}, Want: ""},
+		{Name: "no queue", Adjust: func(c *Config) { c.Queue = "" }, Want: "Config.Queue"},
+		{Name: "no key", Adjust: func(c *Config) { c.Key = nil }, Want: "Config.Key"},
+		{Name: "no consumer", Adjust: func(c *Config) { c.Consumer = "" }, Want: "Config.Consumer"},
+		{Name: "negative workers", Adjust: func(c *Config) { c.Workers = -1 }, Want: "Config.Workers"},
+		{Name: "prefetch below batch", Adjust: func(c *Config) { c.MaxBatch, c.Prefetch = 10, 5 }, Want: "Config.Prefetch"},
+		{Name: "prefetch too large", Adjust: func(c *Config) { c.Prefetch = 70000 }, Want: "Config.Prefetch"},
+		{Name: "ordered defaults", Adjust: func(c *Config) { c.Ordered = true }, Want: ""},
+		{Name: "ordered with workers", Adjust: func(c *Config) { c.Ordered, c.Workers = true, 2 }, Want: "Config.Workers must be 1"},
+		{Name: "ordered with batch", Adjust: func(c *Config) { c.Ordered, c.MaxBatch, c.Prefetch = true, 5, 5 }, Want: "Config.MaxBatch must be 1"},
+		{Name: "ordered with prefetch", Adjust: func(c *Config) { c.Ordered, c.Prefetch = true, 5 }, Want: "Config.Prefetch must be 1"},
+		{Name: "negative max deliveries", Adjust: func(c *Config) { c.MaxDeliveries = -1 }, Want: "Config.MaxDeliveries"},
+		{Name: "retry cap over the limit", Adjust: func(c *Config) { c.MaxRetryBackoff = time.Hour }, Want: "Config.MaxRetryBackoff"},
+		{Name: "reconnect cap below base", Adjust: func(c *Config) { c.ReconnectBackoff, c.MaxReconnectBackoff = time.Minute, time.Second }, Want: "Config.MaxReconnectBackoff"},
+	})
 	cfg := (&Config{Ordered: true}).withDefaults()
 	require.Equal(t, 1, cfg.Workers)
-	require.Equal(t, 1, cfg.Batch)
+	require.Equal(t, 1, cfg.MaxBatch)
 	require.Equal(t, 1, cfg.Prefetch)
 	cfg = (&Config{}).withDefaults()
-	require.Equal(t, 2*DefaultWorkers*DefaultBatch, cfg.Prefetch)
+	require.Equal(t, 2*DefaultWorkers*DefaultMaxBatch, cfg.Prefetch)
 }
 
 // TestDeliveryCount reads a quorum queue's x-delivery-count in each of the

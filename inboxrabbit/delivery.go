@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -35,8 +34,7 @@ type delivery struct {
 	// tr is its message; Source.Attempt is the quorum queue's delivery
 	// count, this delivery included, or 0 when the broker keeps none
 	// (classic queues).
-	tr      inboxtransport.Delivery
-	settled atomic.Bool
+	tr inboxtransport.Delivery
 }
 
 // newDelivery wraps d, which arrived on sess from queue. The message's
@@ -137,9 +135,4 @@ func headerText(v any) string {
 	default:
 		return fmt.Sprint(x)
 	}
-}
-
-// settle marks d as settled. It reports whether d was still unsettled.
-func (d *delivery) settle() bool {
-	return d.settled.CompareAndSwap(false, true)
 }

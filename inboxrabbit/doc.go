@@ -1,6 +1,9 @@
 // Package inboxrabbit consumes a RabbitMQ queue through the inbox, with
 // amqp091-go: each message is applied exactly once per consumer, and
-// acknowledged only after the transaction that recorded it committed.
+// acknowledged only after the transaction that recorded it committed. It
+// runs the delivery loop every transport shares (package inboxtransport);
+// the knobs of its Config that every transport has are in one table in
+// docs/TRANSPORTS.md.
 //
 // RabbitMQ delivers at least once. A consumer that applies a message and
 // loses its channel before its ack reaches the broker gets the message
@@ -31,12 +34,15 @@
 //
 // The consumer consumes with manual acks and a Qos prefetch
 // (Config.Prefetch). Each of Config.Workers workers takes a delivery and
-// the ones already waiting behind it, up to Config.Batch, and processes
+// the ones already waiting behind it, up to Config.MaxBatch, and processes
 // them as one batch (inbox.Client.ProcessBatch: one claim statement and
 // one transaction unless a handler fails, and a failing message is
 // isolated from its batch-mates). Then it acknowledges each delivery whose
 // transaction committed, applied or found to be a duplicate. Nothing is
-// acknowledged before its commit.
+// acknowledged before its commit. Unlike the JetStream and SQS consumers, a
+// worker does not take its next batch while the current one commits: the
+// broker already pushes deliveries into the prefetch meanwhile, and taking
+// ahead would only make the batches smaller.
 //
 // A delivery tag names a delivery only on the channel it arrived on, so
 // each delivery remembers its channel, and is acknowledged on it or not at

@@ -28,7 +28,6 @@ package inboxrabbit_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/url"
 	"os"
 	"sync"
@@ -41,16 +40,25 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxrabbit"
+	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/tcpproxy"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { transporttest.Main(m, transport) }
+
+// TestTransport runs the transport conformance suite on the machine's
+// RabbitMQ: a quorum queue per case (its x-delivery-count counts
+// deliveries), a classic single-active-consumer queue where order is
+// asked for.
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
+
+func transport() transporttest.Transport[pgx.Tx] {
+	return inboxpgxtest.Transport("rabbitmq", transporttest.Features{Ordered: true, ProcessCrash: true}, newQueue, openQueue)
+}
 
 const waitDeadline = 60 * time.Second
 
@@ -65,14 +73,14 @@ func brokerURL() string {
 // harness is one test's world: an admin connection and channel, queues of
 // its own, a migrated schema, an inbox client and an effects table.
 type harness struct {
-	t       *testing.T
-	url     *url.URL
-	admin   *amqp.Connection
-	ch      *amqp.Channel
-	prefix  string
-	pool    *pgxpool.Pool
-	client  *inbox.Client[pgx.Tx]
-	effects string // quoted table name
+	t      *testing.T
+	url    *url.URL
+	admin  *amqp.Connection
+	ch     *amqp.Channel
+	prefix string
+	pool   *pgxpool.Pool
+	client *inbox.Client[pgx.Tx]
+	fx     *inboxpgxtest.Effects
 
 	mu         sync.Mutex
 	deliveries map[string]int // event id → deliveries seen by a KeyFunc
@@ -88,32 +96,16 @@ func newHarness(t *testing.T) *harness {
 	ch, err := admin.Channel()
 	require.NoError(t, err)
 
-	pool := testPool(t)
-	schema := testdb.Schema(t)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
-	m, err := inboxmigrate.New(d)
-	require.NoError(t, err)
-	_, err = m.Up(context.Background())
-	require.NoError(t, err)
-	client, err := inbox.NewClient[pgx.Tx](d, nil)
-	require.NoError(t, err)
-	effects := pgx.Identifier{schema, "effects"}.Sanitize()
-	_, err = pool.Exec(context.Background(), `CREATE TABLE `+effects+` (
-  seq      bigserial PRIMARY KEY,
-  event_id uuid NOT NULL,
-  n        int  NOT NULL DEFAULT 0
-)`)
-	require.NoError(t, err)
+	st := inboxpgxtest.NewStore(t)
 	return &harness{
 		t:          t,
 		url:        u,
 		admin:      admin,
 		ch:         ch,
 		prefix:     "inboxtest." + testdb.RandomSuffix(),
-		pool:       pool,
-		client:     client,
-		effects:    effects,
+		pool:       st.Pool,
+		client:     st.Client,
+		fx:         st.Effects,
 		deliveries: map[string]int{},
 	}
 }
@@ -147,10 +139,7 @@ func (h *harness) deadLetterQueue() (string, string) {
 }
 
 // event is a test message body.
-type event struct {
-	N      int    `json:"n"`
-	Poison string `json:"poison,omitempty"`
-}
+type event = inboxpgxtest.Event
 
 // publish publishes e to queue with id in the event-id header ("" for
 // none), and waits for the broker's confirm.
@@ -250,66 +239,22 @@ func (h *harness) key(msg inbox.Message) (string, error) {
 	return inbox.HeaderKey(inboxrabbit.HeaderEventID)(msg)
 }
 
-// effectCount is how many effect rows the event has.
-func (h *harness) effectCount(eventID string) int {
-	h.t.Helper()
-	var n int
-	err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+h.effects+` WHERE event_id = $1`, eventID).Scan(&n)
-	require.NoError(h.t, err)
-	return n
-}
-
-// effectOrder is the n of every effect row, in the order they committed.
-func (h *harness) effectOrder() []int {
-	h.t.Helper()
-	rows, err := h.pool.Query(context.Background(), `SELECT n FROM `+h.effects+` ORDER BY seq`)
-	require.NoError(h.t, err)
-	order, err := pgx.CollectRows(rows, pgx.RowTo[int])
-	require.NoError(h.t, err)
-	return order
-}
-
-// applyEffect is the side effect of the test handlers: one row per
-// application of the event, in the message's transaction.
-func (h *harness) applyEffect(ctx context.Context, tx pgx.Tx, msg inbox.Message) (event, error) {
-	var e event
-	if err := json.Unmarshal(msg.Payload, &e); err != nil {
-		return e, inbox.Permanent(err)
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+h.effects+` (event_id, n) VALUES ($1, $2)`, msg.ID, e.N)
-	return e, err
-}
-
-// effectHandler applies the effect and counts its calls.
-func (h *harness) effectHandler(calls *atomic.Int32) inbox.Handler[pgx.Tx] {
-	return inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		calls.Add(1)
-		_, err := h.applyEffect(ctx, tx, msg)
-		return err
-	})
-}
-
 // config is the test consumer configuration for queue.
 func (h *harness) config(queue string) *inboxrabbit.Config {
 	return &inboxrabbit.Config{
 		Queue:            queue,
 		Consumer:         "billing",
 		Key:              h.key,
-		RetryBackoff:     100 * time.Millisecond,
 		ReconnectBackoff: 50 * time.Millisecond,
-		ShutdownTimeout:  10 * time.Second,
-		Logger:           slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Settings:         transporttest.Settings(h.t),
 	}
 }
 
 // running is a consumer started by start.
 type running struct {
-	t      *testing.T
-	proxy  *tcpproxy.Proxy
-	dials  atomic.Int32
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
+	*transporttest.Running
+	proxy *tcpproxy.Proxy
+	dials atomic.Int32
 }
 
 // crash cuts the consumer's connection and refuses its dials for good:
@@ -322,12 +267,13 @@ func (r *running) crash() {
 // start runs a consumer of cfg that dials through a proxy of its own. wrap,
 // if not nil, wraps Run's context (to arm fault hooks); it gets the
 // consumer before Run starts. The consumer is stopped at the end of the
-// test if the test has not stopped it.
+// test if the test has not stopped it. Once Stop returns, the broker has
+// requeued whatever the consumer left unacknowledged.
 func (h *harness) start(cfg *inboxrabbit.Config, handler inbox.Handler[pgx.Tx], wrap func(*running, context.Context) context.Context) *running {
 	h.t.Helper()
 	proxy, err := tcpproxy.Start(h.url.Host)
 	require.NoError(h.t, err)
-	r := &running{t: h.t, proxy: proxy, done: make(chan error, 1)}
+	r := &running{proxy: proxy}
 	via := *h.url
 	via.Host = proxy.Addr()
 	dial := inboxrabbit.DialURL(via.String(), amqp.Config{})
@@ -336,51 +282,18 @@ func (h *harness) start(cfg *inboxrabbit.Config, handler inbox.Handler[pgx.Tx], 
 		return dial(ctx)
 	}, h.client, handler, cfg)
 	require.NoError(h.t, err)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
 	if wrap != nil {
 		ctx = wrap(r, ctx)
 	}
-	r.cancel = cancel
-	go func() { r.done <- consumer.Run(ctx) }()
-	h.t.Cleanup(r.stop)
+	r.Running = transporttest.Start(h.t, ctx, consumer.Run, proxy.Close)
 	return r
 }
 
-// stop cancels the consumer, waits for Run to return nil, and closes its
-// proxy. Once it returns, the broker has requeued whatever the consumer
-// left unacknowledged.
-func (r *running) stop() {
-	r.t.Helper()
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case err := <-r.done:
-			require.NoError(r.t, err)
-		case <-time.After(waitDeadline):
-			r.t.Fatalf("Run did not return within %v of its context's cancellation", waitDeadline)
-		}
-		r.proxy.Close()
-	})
-}
+// stop stops the consumer, and checks that its Run returned nil.
+func (r *running) stop() { require.NoError(r.Running.T(), r.Stop()) }
 
-// eventually polls cond until it holds, failing t at the deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", waitDeadline, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitClosed waits for ch to be closed, failing t at the deadline.
-func waitClosed(t testing.TB, what string, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitDeadline):
-		t.Fatalf("timed out after %v waiting for: %s", waitDeadline, what)
-	}
-}
+var (
+	eventually = transporttest.Eventually
+	waitClosed = transporttest.WaitClosed
+)

@@ -55,6 +55,67 @@ type session struct {
 	mu     sync.Mutex
 	timers map[*time.Timer]struct{}
 	closed bool
+
+	// handed are the delivery tags that Receive handed to the loop and
+	// that were not settled yet. The broker delivers a channel's tags in
+	// increasing order, and Receive hands them on in that order, so a tag
+	// handed later is higher than every tag handed before it.
+	handedMu sync.Mutex
+	handed   map[uint64]struct{}
+}
+
+// hand records d as handed to the loop.
+func (s *session) hand(d *delivery) {
+	s.handedMu.Lock()
+	defer s.handedMu.Unlock()
+	if s.handed == nil {
+		s.handed = make(map[uint64]struct{})
+	}
+	s.handed[d.raw.DeliveryTag] = struct{}{}
+}
+
+// settled forgets d, which was acknowledged, nacked or requeued.
+func (s *session) settled(d *delivery) {
+	s.handedMu.Lock()
+	defer s.handedMu.Unlock()
+	delete(s.handed, d.raw.DeliveryTag)
+}
+
+// ackAll acknowledges ds, deliveries of this session, with one multiple
+// ack of the highest tag when that names exactly ds: every handed tag up
+// to it is one of ds (none is held for a retry, or in another worker's
+// batch); the deliveries the broker sent after it are not yet handed,
+// and all have higher tags. It reports false, and acknowledges nothing,
+// when it cannot.
+func (s *session) ackAll(ds []*delivery) (bool, error) {
+	if len(ds) < 2 {
+		return false, nil
+	}
+	s.handedMu.Lock()
+	defer s.handedMu.Unlock()
+	top := ds[0]
+	for _, d := range ds {
+		if _, ok := s.handed[d.raw.DeliveryTag]; !ok {
+			return false, nil
+		}
+		if d.raw.DeliveryTag > top.raw.DeliveryTag {
+			top = d
+		}
+	}
+	below := 0
+	for tag := range s.handed {
+		if tag <= top.raw.DeliveryTag {
+			below++
+		}
+	}
+	if below != len(ds) {
+		return false, nil
+	}
+	err := top.raw.Ack(true)
+	for _, d := range ds {
+		delete(s.handed, d.raw.DeliveryTag)
+	}
+	return true, err
 }
 
 // connect dials, opens a channel with the prefetch and starts consuming.

@@ -3,8 +3,6 @@ package inboxsqs
 import (
 	"encoding/base64"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -25,17 +23,9 @@ type delivery struct {
 	handle   string                  // receipt handle
 	receives int                     // ApproximateReceiveCount
 	group    string                  // MessageGroupId; "" on a standard queue
-
-	// mu serialises the changes of this delivery's visibility: a
-	// heartbeat never runs concurrently with, or after, the delete or
-	// release that settles it.
-	mu       sync.Mutex
-	settled  bool
-	extended time.Time // when its visibility was last set to the full timeout
-	lost     bool      // a heartbeat found it no longer in flight
 }
 
-func newDelivery(queueURL string, m types.Message, received time.Time) *delivery {
+func newDelivery(queueURL string, m types.Message) *delivery {
 	receives := receiveCount(m.Attributes)
 	return &delivery{
 		raw: m,
@@ -56,7 +46,6 @@ func newDelivery(queueURL string, m types.Message, received time.Time) *delivery
 		handle:   aws.ToString(m.ReceiptHandle),
 		receives: receives,
 		group:    m.Attributes[string(types.MessageSystemAttributeNameMessageGroupId)],
-		extended: received,
 	}
 }
 
@@ -89,17 +78,4 @@ func receiveCount(attrs map[string]string) int {
 		return 1
 	}
 	return n
-}
-
-// settle marks d as settled, waiting for a heartbeat in progress on it, so
-// that no heartbeat changes its visibility afterwards. It reports whether d
-// was still unsettled.
-func (d *delivery) settle() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.settled {
-		return false
-	}
-	d.settled = true
-	return true
 }

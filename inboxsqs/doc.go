@@ -1,6 +1,8 @@
 // Package inboxsqs consumes an Amazon SQS queue through the inbox: each
 // message is applied exactly once per consumer, and deleted only after the
-// transaction that recorded it committed.
+// transaction that recorded it committed. It runs the delivery loop every
+// transport shares (package inboxtransport); the knobs of its Config that
+// every transport has are in one table in docs/TRANSPORTS.md.
 //
 // SQS delivers at least once. A consumer that applies a message and dies
 // before DeleteMessage gets the same message again when its visibility
@@ -30,13 +32,15 @@
 // # Receiving and deleting
 //
 // Each of Config.Workers pollers long-polls ReceiveMessage for up to
-// Config.MaxMessages messages and processes them as one batch
+// Config.MaxBatch messages and processes them as one batch
 // (inbox.Client.ProcessBatch: one transaction unless a handler fails, and a
 // failing message is isolated from its batch-mates). Then one
 // DeleteMessageBatch deletes the messages whose transaction committed,
 // applied or found to be a duplicate, and the ones that were dead-lettered.
 // Nothing else is ever deleted. A failed delete is logged and left: the
-// message comes back and the inbox skips it.
+// message comes back and the inbox skips it. While a batch commits, the
+// poller's next long poll is already under way (at most one batch ahead,
+// its messages' visibility extended like those in flight).
 //
 // # Visibility
 //
@@ -58,7 +62,7 @@
 //     at once;
 //   - its handler failed with a retryable error of its own on a receive
 //     whose ApproximateReceiveCount, less the receives of this consumer
-//     that were not attempts, reached Config.MaxReceives
+//     that were not attempts, reached Config.MaxDeliveries
 //     (inbox.ReasonMaxAttempts).
 //
 // With Config.DeadLetterQueueURL a copy is also sent to that queue, after
@@ -79,7 +83,7 @@
 // error (an out-of-memory kill, os.Exit in a dependency) never reaches the
 // adapter's bound above: the process dies before it decides. SQS bounds it
 // itself, by ApproximateReceiveCount: give the queue a redrive policy whose
-// maxReceiveCount is above Config.MaxReceives (so that failures the
+// maxReceiveCount is above Config.MaxDeliveries (so that failures the
 // adapter sees are dead-lettered into the inbox's store first, with their
 // error), and SQS moves a message that crashed its consumers that many
 // times to the queue's dead-letter queue. Without a redrive policy SQS

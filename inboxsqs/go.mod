@@ -2,10 +2,6 @@ module github.com/txinbox/inbox/inboxsqs
 
 go 1.25.0
 
-replace github.com/txinbox/inbox => ..
-
-replace github.com/txinbox/inbox/inboxpgx => ../inboxpgx
-
 require (
 	github.com/Admiral-Piett/goaws v0.5.4
 	github.com/aws/aws-sdk-go-v2 v1.48.0

@@ -10,7 +10,7 @@
 // # What goaws lacks, and where it is covered instead
 //
 //   - ApproximateReceiveCount is always 1. The end-to-end tests reach the
-//     max-receives branch with MaxReceives 1; TestDecide covers the
+//     max-receives branch with MaxDeliveries 1; TestDecide covers the
 //     decision for every receive count, and TestRetryDelay the backoff
 //     that grows with it.
 //   - It never returns MessageGroupId, and its group locking is broken (it
@@ -41,7 +41,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -65,15 +64,24 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxsqs"
+	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
-func TestMain(m *testing.M) { testdb.Main(m) }
+func TestMain(m *testing.M) { transporttest.Main(m, transport) }
+
+// TestTransport runs the transport conformance suite on goaws, one case at
+// a time (goaws keeps its queues in global state). The queues are named
+// counted-…, so that the receive counter gives their messages the
+// ApproximateReceiveCount that goaws does not keep.
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
+
+func transport() transporttest.Transport[pgx.Tx] {
+	return inboxpgxtest.Transport("sqs", transporttest.Features{Ordered: true, HoldTime: testVisibility, ProcessCrash: true, Serial: true}, newQueue, openQueue)
+}
 
 // Test timings. The visibility timeout is short so that redeliveries come
 // quickly; every wait on it polls a condition with a deadline.
@@ -249,7 +257,7 @@ func (r *recorder) guardDeletes(t *testing.T, fn func(bodies []string)) {
 // outage-…), and of queues named counted-…, the ApproximateReceiveCount
 // that goaws does not keep (it says 1): how many times the queue has
 // handed each one out. The matrix checks
-// that a poison message is dead-lettered after exactly MaxReceives
+// that a poison message is dead-lettered after exactly MaxDeliveries
 // attempts, whatever receives an outage cost it.
 type receiveCounter struct {
 	next   http.Handler
@@ -350,38 +358,21 @@ type harness struct {
 	admin    *sqs.Client
 	pool     *pgxpool.Pool
 	client   *inbox.Client[pgx.Tx]
-	effects  string // quoted table name
+	fx       *inboxpgxtest.Effects
 }
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
 	endpoint, rec := startGoaws()
-	pool := testPool(t)
-	schema := testdb.Schema(t)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
-	m, err := inboxmigrate.New(d)
-	require.NoError(t, err)
-	_, err = m.Up(context.Background())
-	require.NoError(t, err)
-	client, err := inbox.NewClient[pgx.Tx](d, nil)
-	require.NoError(t, err)
-	effects := pgx.Identifier{schema, "effects"}.Sanitize()
-	_, err = pool.Exec(context.Background(), `CREATE TABLE `+effects+` (
-  seq      bigserial PRIMARY KEY,
-  event_id uuid NOT NULL,
-  grp      text NOT NULL DEFAULT '',
-  n        int  NOT NULL DEFAULT 0
-)`)
-	require.NoError(t, err)
+	st := inboxpgxtest.NewStore(t)
 	return &harness{
 		t:        t,
 		endpoint: endpoint,
 		rec:      rec,
 		admin:    newSQSClient(endpoint, http.DefaultClient),
-		pool:     pool,
-		client:   client,
-		effects:  effects,
+		pool:     st.Pool,
+		client:   st.Client,
+		fx:       st.Effects,
 	}
 }
 
@@ -408,20 +399,7 @@ func (h *harness) createQueue(name string, fifo bool) string {
 }
 
 // event is a test message body.
-type event struct {
-	EventID string `json:"event_id,omitempty"`
-	Group   string `json:"group,omitempty"`
-	N       int    `json:"n"`
-	Poison  string `json:"poison,omitempty"`
-}
-
-func (e event) body() string {
-	b, err := json.Marshal(e)
-	if err != nil {
-		panic(err)
-	}
-	return string(b)
-}
+type event = inboxpgxtest.Event
 
 // send sends body and returns its MessageId. group is required on a FIFO
 // queue; each send gets its own deduplication id.
@@ -466,46 +444,15 @@ func (h *harness) waitDeleted(messageIDs ...string) {
 	}
 }
 
-// effectCount is how many effect rows the event has.
-func (h *harness) effectCount(eventID string) int {
-	h.t.Helper()
-	var n int
-	err := h.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+h.effects+` WHERE event_id = $1`, eventID).Scan(&n)
-	require.NoError(h.t, err)
-	return n
-}
-
-// applyEffect is the side effect of the test handlers: one row per
-// application of the event, in the message's transaction.
-func (h *harness) applyEffect(ctx context.Context, tx pgx.Tx, msg inbox.Message) (event, error) {
-	var e event
-	if err := json.Unmarshal(msg.Payload, &e); err != nil {
-		return e, inbox.Permanent(err)
-	}
-	_, err := tx.Exec(ctx, `INSERT INTO `+h.effects+` (event_id, grp, n) VALUES ($1, $2, $3)`, msg.ID, e.Group, e.N)
-	return e, err
-}
-
-// effectHandler applies the effect and counts its calls.
-func (h *harness) effectHandler(calls *atomic.Int32) inbox.Handler[pgx.Tx] {
-	return inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		calls.Add(1)
-		_, err := h.applyEffect(ctx, tx, msg)
-		return err
-	})
-}
-
 // config is the test consumer configuration for queueURL.
 func (h *harness) config(queueURL string) *inboxsqs.Config {
 	return &inboxsqs.Config{
 		QueueURL:          queueURL,
 		Consumer:          "billing",
 		Key:               inbox.JSONKey("event_id"),
-		Workers:           2,
 		WaitTime:          testWait,
 		VisibilityTimeout: testVisibility,
-		ShutdownTimeout:   10 * time.Second,
-		Logger:            slog.New(slog.NewTextHandler(h.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Settings:          transporttest.Settings(h.t),
 	}
 }
 
@@ -636,24 +583,7 @@ func (r *running) stop() {
 	goleak.VerifyNone(r.t, r.leakOpts...)
 }
 
-// eventually polls cond until it holds, failing t at the deadline.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitDeadline)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", waitDeadline, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitClosed waits for ch to be closed, failing t at the deadline.
-func waitClosed(t testing.TB, what string, ch <-chan struct{}) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(waitDeadline):
-		t.Fatalf("timed out after %v waiting for: %s", waitDeadline, what)
-	}
-}
+var (
+	eventually = transporttest.Eventually
+	waitClosed = transporttest.WaitClosed
+)

@@ -45,7 +45,7 @@ func TestOutboxSink(t *testing.T) {
 			var ids []string
 			for i := range n {
 				got, err := o.Enqueue(ctx, outbox.Message{Topic: q, Key: []byte([]string{"g1", "g2"}[i%2]),
-					Payload: []byte(event{Group: []string{"g1", "g2"}[i%2], N: i/2 + 1}.body())})
+					Payload: []byte(event{Group: []string{"g1", "g2"}[i%2], N: i/2 + 1}.Body())})
 				require.NoError(t, err)
 				ids = append(ids, got...)
 			}
@@ -84,13 +84,13 @@ func TestOutboxSink(t *testing.T) {
 			cfg := h.config(q)
 			cfg.Key = inbox.HeaderKey(outbox.HeaderEventID)
 			var calls atomic.Int32
-			h.start(cfg, h.effectHandler(&calls), nil)
+			h.start(cfg, h.fx.Handler(&calls), nil)
 			for _, id := range ids {
-				eventually(t, "event "+id+" applied", func() bool { return h.effectCount(id) == 1 })
+				eventually(t, "event "+id+" applied", func() bool { return h.fx.Count(h.t, id) == 1 })
 			}
 			h.waitDrained(q)
 			for _, id := range ids {
-				require.Equal(t, 1, h.effectCount(id), "event %s", id)
+				require.Equal(t, 1, h.fx.Count(h.t, id), "event %s", id)
 			}
 			if fifo {
 				// Each group's events went to SQS in their order: a send

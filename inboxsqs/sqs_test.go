@@ -18,157 +18,11 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxsqs"
 	"github.com/txinbox/inbox/inboxtest"
-	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/require"
 )
 
-// crashAt returns a Run context wrapper whose hook runs crash once, the
-// first time the consumer reaches point.
-func crashAt(point fault.Point, crash func(*running)) func(*running, context.Context) context.Context {
-	var once sync.Once
-	return func(r *running, ctx context.Context) context.Context {
-		return fault.WithHook(ctx, func(p fault.Point) {
-			if p == point {
-				once.Do(func() { crash(r) })
-			}
-		})
-	}
-}
-
 // The cases of the issue, (a) to (f), each counting effect rows per event id.
 func TestExactlyOnce(t *testing.T) {
-	t.Run("a_crash_after_commit_before_delete", func(t *testing.T) {
-		h := newHarness(t)
-		q := h.createQueue("a", false)
-		id := inboxtest.NewID()
-		mid := h.send(q, event{EventID: id}.body(), "")
-		var calls atomic.Int32
-
-		crashed := make(chan struct{})
-		first := h.start(h.config(q), h.effectHandler(&calls), crashAt(fault.AfterCommitBeforeAck, func(r *running) {
-			r.cutNetwork()
-			close(crashed)
-		}))
-		waitClosed(t, "the first consumer to commit", crashed)
-		first.stop()
-		require.Equal(t, 1, h.effectCount(id), "the first delivery committed")
-		require.Equal(t, 0, h.rec.deletes(mid), "the crashed consumer must not have deleted the message")
-		require.Equal(t, 1, h.queued(q), "the message is still in the queue")
-
-		h.start(h.config(q), h.effectHandler(&calls), nil)
-		h.waitDrained(q)
-		h.waitDeleted(mid)
-		require.GreaterOrEqual(t, h.rec.delivered(mid), 2, "the message was delivered again")
-		require.Equal(t, 1, h.rec.deletes(mid))
-		require.Equal(t, int32(1), calls.Load(), "the redelivery was skipped: the handler did not run again")
-		require.Equal(t, 1, h.effectCount(id))
-	})
-
-	t.Run("b_crash_before_commit", func(t *testing.T) {
-		h := newHarness(t)
-		q := h.createQueue("b", false)
-		id := inboxtest.NewID()
-		mid := h.send(q, event{EventID: id}.body(), "")
-		var calls atomic.Int32
-		var backend atomic.Uint32
-		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			calls.Add(1)
-			var pid uint32
-			if err := tx.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
-				return err
-			}
-			backend.Store(pid)
-			_, err := h.applyEffect(ctx, tx, msg)
-			return err
-		})
-
-		crashed := make(chan struct{})
-		first := h.start(h.config(q), handler, crashAt(fault.AfterEffectBeforeCommit, func(r *running) {
-			r.cutNetwork()
-			// The process "dies" with its transaction open: Postgres
-			// ends the session and rolls the effect back.
-			var ok bool
-			err := h.pool.QueryRow(context.Background(), `SELECT pg_terminate_backend($1, 10000)`, backend.Load()).Scan(&ok)
-			if err != nil || !ok {
-				t.Errorf("terminate backend %d: %v, %v", backend.Load(), ok, err)
-			}
-			close(crashed)
-		}))
-		waitClosed(t, "the first consumer to apply the effect", crashed)
-		first.stop()
-		require.Equal(t, 0, h.effectCount(id), "the crash rolled the effect back")
-		require.Equal(t, 0, h.rec.deletes(mid))
-
-		h.start(h.config(q), handler, nil)
-		h.waitDrained(q)
-		require.GreaterOrEqual(t, h.rec.delivered(mid), 2)
-		require.Equal(t, int32(2), calls.Load(), "the redelivery applied it")
-		require.Equal(t, 1, h.effectCount(id))
-	})
-
-	t.Run("c_same_event_two_message_ids", func(t *testing.T) {
-		h := newHarness(t)
-		q := h.createQueue("c", false)
-		id := inboxtest.NewID()
-		// The producer retried its send: two messages, one event.
-		mid1 := h.send(q, event{EventID: id}.body(), "")
-		mid2 := h.send(q, event{EventID: id}.body(), "")
-		require.NotEqual(t, mid1, mid2)
-		var calls atomic.Int32
-		cfg := h.config(q)
-		cfg.MaxMessages = 1 // so that two workers can take one each
-		h.start(cfg, h.effectHandler(&calls), nil)
-		h.waitDrained(q)
-		h.waitDeleted(mid1, mid2)
-		require.Equal(t, 1, h.rec.delivered(mid1))
-		require.Equal(t, 1, h.rec.delivered(mid2))
-		require.Equal(t, 1, h.rec.deletes(mid1))
-		require.Equal(t, 1, h.rec.deletes(mid2))
-		require.Equal(t, int32(1), calls.Load())
-		require.Equal(t, 1, h.effectCount(id))
-	})
-
-	t.Run("d_heartbeat_outlives_visibility_timeout", func(t *testing.T) {
-		h := newHarness(t)
-		q := h.createQueue("d", false)
-		id := inboxtest.NewID()
-		mid := h.send(q, event{EventID: id}.body(), "")
-		var calls atomic.Int32
-		started := make(chan struct{})
-		release := make(chan struct{})
-		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			if calls.Add(1) == 1 {
-				close(started)
-			}
-			select {
-			case <-release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			_, err := h.applyEffect(ctx, tx, msg)
-			return err
-		})
-		cfg := h.config(q)
-		cfg.Workers = 4 // idle workers keep polling while the handler runs
-		h.start(cfg, handler, nil)
-		waitClosed(t, "the handler to start", started)
-		began := time.Now()
-		// Hold the handler for well over the visibility timeout, until
-		// heartbeats have extended the message twice.
-		eventually(t, "the handler to run past the visibility timeout with heartbeats", func() bool {
-			require.Equal(t, 1, h.rec.delivered(mid), "no second worker may receive the message meanwhile")
-			return time.Since(began) > 5*testVisibility/2 && h.rec.heartbeats(mid) >= 2
-		})
-		require.Equal(t, 1, h.rec.delivered(mid), "no second worker received the message meanwhile")
-		close(release)
-		h.waitDrained(q)
-		h.waitDeleted(mid)
-		require.Equal(t, 1, h.rec.delivered(mid))
-		require.Equal(t, 1, h.rec.deletes(mid))
-		require.Equal(t, int32(1), calls.Load())
-		require.Equal(t, 1, h.effectCount(id))
-	})
-
 	t.Run("e_poison_dead_lettered_and_deleted", func(t *testing.T) {
 		h := newHarness(t)
 		q := h.createQueue("e", false)
@@ -177,11 +31,11 @@ func TestExactlyOnce(t *testing.T) {
 		permanent := inboxtest.NewID()
 		failing := inboxtest.NewID()
 		bodies := map[string]string{
-			"good":      event{EventID: good}.body(),
-			"permanent": event{EventID: permanent, Poison: "permanent"}.body(),
-			"retryable": event{EventID: failing, Poison: "retryable"}.body(),
-			"no_id":     event{N: 7}.body(),
-			"malformed": event{EventID: "not-a-uuid"}.body(),
+			"good":      event{EventID: good}.Body(),
+			"permanent": event{EventID: permanent, Poison: "permanent"}.Body(),
+			"retryable": event{EventID: failing, Poison: "retryable"}.Body(),
+			"no_id":     event{N: 7}.Body(),
+			"malformed": event{EventID: "not-a-uuid"}.Body(),
 			"not_json":  "garbage",
 		}
 		mids := map[string]string{}
@@ -189,31 +43,18 @@ func TestExactlyOnce(t *testing.T) {
 			mids[name] = h.send(q, body, "")
 		}
 		var calls atomic.Int32
-		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			calls.Add(1)
-			e, err := h.applyEffect(ctx, tx, msg)
-			if err != nil {
-				return err
-			}
-			switch e.Poison {
-			case "permanent":
-				return inbox.Permanent(errors.New("amount is negative"))
-			case "retryable":
-				return errors.New("downstream says no")
-			}
-			return nil
-		})
+		handler := h.fx.Handler(&calls)
 		cfg := h.config(q)
 		cfg.DeadLetterQueueURL = dlq
-		// goaws's ApproximateReceiveCount is always 1: MaxReceives 1
+		// goaws's ApproximateReceiveCount is always 1: MaxDeliveries 1
 		// dead-letters a retryable failure on its first receive.
-		cfg.MaxReceives = 1
+		cfg.MaxDeliveries = 1
 		h.start(cfg, handler, nil)
 		h.waitDrained(q)
 
-		require.Equal(t, 1, h.effectCount(good))
-		require.Equal(t, 0, h.effectCount(permanent), "a failed handler's effect rolled back")
-		require.Equal(t, 0, h.effectCount(failing))
+		require.Equal(t, 1, h.fx.Count(h.t, good))
+		require.Equal(t, 0, h.fx.Count(h.t, permanent), "a failed handler's effect rolled back")
+		require.Equal(t, 0, h.fx.Count(h.t, failing))
 		for name, mid := range mids {
 			require.Equal(t, 1, h.rec.deletes(mid), "%s deleted once", name)
 		}
@@ -267,12 +108,12 @@ func TestExactlyOnce(t *testing.T) {
 			for g := range groups {
 				key := fmt.Sprintf("g%d/%d", g, n)
 				ids[key] = inboxtest.NewID()
-				mids[key] = h.send(q, event{EventID: ids[key], Group: fmt.Sprintf("g%d", g), N: n}.body(), fmt.Sprintf("g%d", g))
+				mids[key] = h.send(q, event{EventID: ids[key], Group: fmt.Sprintf("g%d", g), N: n}.Body(), fmt.Sprintf("g%d", g))
 			}
 		}
 		var eager atomic.Bool
 		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			e, err := h.applyEffect(ctx, tx, msg)
+			e, err := h.fx.ApplyEvent(ctx, tx, msg)
 			if err != nil {
 				return err
 			}
@@ -301,13 +142,10 @@ func TestExactlyOnce(t *testing.T) {
 		require.True(t, eager.Load(), "goaws handed out g0's second message while its first was in flight")
 		require.GreaterOrEqual(t, h.rec.delivered(mids["g1/2"]), 2, "the failed message was delivered again")
 		for key, id := range ids {
-			require.Equal(t, 1, h.effectCount(id), key)
+			require.Equal(t, 1, h.fx.Count(h.t, id), key)
 		}
 		for g := range groups {
-			rows, err := h.pool.Query(context.Background(), `SELECT n FROM `+h.effects+` WHERE grp = $1 ORDER BY seq`, fmt.Sprintf("g%d", g))
-			require.NoError(t, err)
-			order, err := pgx.CollectRows(rows, pgx.RowTo[int])
-			require.NoError(t, err)
+			order := h.fx.Order(t, fmt.Sprintf("g%d", g))
 			require.Equal(t, []int{0, 1, 2, 3, 4, 5}, order, "group g%d applied in order", g)
 		}
 	})
@@ -333,7 +171,7 @@ func TestKeyFromMessageAttribute(t *testing.T) {
 	handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
 		calls.Add(1)
 		header.Store(msg.Headers["event-id"])
-		_, err := h.applyEffect(ctx, tx, msg)
+		_, err := h.fx.ApplyEvent(ctx, tx, msg)
 		return err
 	})
 	cfg := h.config(q)
@@ -342,95 +180,10 @@ func TestKeyFromMessageAttribute(t *testing.T) {
 	h.waitDrained(q)
 	require.Equal(t, int32(1), calls.Load())
 	require.Equal(t, id, header.Load())
-	require.Equal(t, 1, h.effectCount(id))
-}
-
-// inbox.ErrUnavailable is never poison, even at MaxReceives: the message
-// gets a backoff visibility (not 0) and is applied when it comes back.
-func TestUnavailableIsNeverDeadLettered(t *testing.T) {
-	h := newHarness(t)
-	q := h.createQueue("unavailable", false)
-	id := inboxtest.NewID()
-	mid := h.send(q, event{EventID: id}.body(), "")
-	var calls atomic.Int32
-	handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		if calls.Add(1) == 1 {
-			return fmt.Errorf("the ledger database: %w", inbox.ErrUnavailable)
-		}
-		_, err := h.applyEffect(ctx, tx, msg)
-		return err
-	})
-	cfg := h.config(q)
-	cfg.MaxReceives = 1
-	h.start(cfg, handler, nil)
-	h.waitDrained(q)
-	require.Equal(t, int32(2), calls.Load())
-	require.Equal(t, 2, h.rec.delivered(mid))
-	require.Contains(t, h.rec.visibilities(mid), int32(inboxsqs.DefaultRetryBackoff/time.Second), "a backoff visibility was set")
-	require.NotContains(t, h.rec.visibilities(mid), int32(0))
-	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
-	require.NoError(t, err)
-	require.Empty(t, dls)
-	require.Equal(t, 1, h.effectCount(id))
+	require.Equal(t, 1, h.fx.Count(h.t, id))
 }
 
 func TestShutdown(t *testing.T) {
-	t.Run("in_flight_message_finishes_and_is_deleted", func(t *testing.T) {
-		h := newHarness(t)
-		q := h.createQueue("graceful", false)
-		id := inboxtest.NewID()
-		mid := h.send(q, event{EventID: id}.body(), "")
-		started := make(chan struct{})
-		release := make(chan struct{})
-		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			close(started)
-			<-release
-			_, err := h.applyEffect(ctx, tx, msg)
-			return err
-		})
-		r := h.start(h.config(q), handler, nil)
-		waitClosed(t, "the handler to start", started)
-		r.cancel()
-		close(release)
-		r.stop() // Run returns nil and leaves no goroutine behind
-		require.Equal(t, 1, h.rec.deletes(mid))
-		require.Equal(t, 1, h.effectCount(id))
-		require.Equal(t, 0, h.queued(q))
-	})
-
-	t.Run("timeout_cancels_and_releases", func(t *testing.T) {
-		h := newHarness(t)
-		q := h.createQueue("timeout", false)
-		id := inboxtest.NewID()
-		mid := h.send(q, event{EventID: id}.body(), "")
-		started := make(chan struct{})
-		var calls atomic.Int32
-		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			if calls.Add(1) == 1 {
-				if _, err := h.applyEffect(ctx, tx, msg); err != nil {
-					return err
-				}
-				close(started)
-				<-ctx.Done() // a handler that does not finish in time
-				return ctx.Err()
-			}
-			_, err := h.applyEffect(ctx, tx, msg)
-			return err
-		})
-		cfg := h.config(q)
-		cfg.ShutdownTimeout = -1
-		r := h.start(cfg, handler, nil)
-		waitClosed(t, "the handler to start", started)
-		r.stop()
-		require.Equal(t, 0, h.effectCount(id), "the cancelled transaction rolled back")
-		requireReleased(t, h.rec.visibilities(mid), "the message was released at once")
-		require.Equal(t, 0, h.rec.deletes(mid))
-
-		h.start(h.config(q), handler, nil)
-		h.waitDrained(q)
-		require.Equal(t, 1, h.effectCount(id))
-	})
-
 	t.Run("fifo_releases_waiting_messages", func(t *testing.T) {
 		h := newHarness(t)
 		q := h.createQueue("fifo-shutdown", true)
@@ -440,13 +193,13 @@ func TestShutdown(t *testing.T) {
 		for n := range 4 {
 			grp := []string{"g", "h"}[n%2]
 			ids = append(ids, inboxtest.NewID())
-			mids = append(mids, h.send(q, event{EventID: ids[n], Group: grp, N: n}.body(), grp))
+			mids = append(mids, h.send(q, event{EventID: ids[n], Group: grp, N: n}.Body(), grp))
 		}
 		started := make(chan struct{})
 		release := make(chan struct{})
 		var once sync.Once
 		handler := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-			e, err := h.applyEffect(ctx, tx, msg)
+			e, err := h.fx.ApplyEvent(ctx, tx, msg)
 			if err == nil && e.N == 0 {
 				once.Do(func() { close(started) })
 				<-release
@@ -454,8 +207,8 @@ func TestShutdown(t *testing.T) {
 			return err
 		})
 		cfg := h.config(q)
-		cfg.MaxMessages = 1 // one message per receive and per run
-		cfg.Workers = 4     // room for four messages in hand
+		cfg.MaxBatch = 1 // one message per receive and per run
+		cfg.Workers = 4  // room for four messages in hand
 		r := h.start(cfg, handler, nil)
 		waitClosed(t, "the first handler to start", started)
 		// Received by the consumer, not only answered by goaws: a receive
@@ -467,10 +220,10 @@ func TestShutdown(t *testing.T) {
 		r.cancel()
 		close(release)
 		r.stop()
-		require.Equal(t, 1, h.effectCount(ids[0]), "the message in flight finished")
+		require.Equal(t, 1, h.fx.Count(h.t, ids[0]), "the message in flight finished")
 		require.Equal(t, 1, h.rec.deletes(mids[0]))
 		for n := 1; n < 4; n++ {
-			require.Equal(t, 0, h.effectCount(ids[n]))
+			require.Equal(t, 0, h.fx.Count(h.t, ids[n]))
 			requireReleased(t, h.rec.visibilities(mids[n]), "waiting message %d released", n)
 		}
 
@@ -478,10 +231,10 @@ func TestShutdown(t *testing.T) {
 		// in group order on goaws: a release with visibility 0 leaves its
 		// group locked there, and its next receive skips the group's head
 		// for a later message of the group. SQS keeps the order.)
-		h.start(h.config(q), h.effectHandler(new(atomic.Int32)), nil)
+		h.start(h.config(q), h.fx.Handler(new(atomic.Int32)), nil)
 		h.waitDrained(q)
 		for n := range 4 {
-			require.Equal(t, 1, h.effectCount(ids[n]))
+			require.Equal(t, 1, h.fx.Count(h.t, ids[n]))
 		}
 	})
 }
@@ -502,7 +255,7 @@ func requireReleased(t *testing.T, visibilities []int32, msgAndArgs ...any) {
 func TestNotInFlightError(t *testing.T) {
 	h := newHarness(t)
 	q := h.createQueue("inflight", false)
-	h.send(q, event{EventID: inboxtest.NewID()}.body(), "")
+	h.send(q, event{EventID: inboxtest.NewID()}.Body(), "")
 	out, err := h.admin.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(q), VisibilityTimeout: 30})
 	require.NoError(t, err)
 	require.Len(t, out.Messages, 1)

@@ -101,7 +101,7 @@ func TestBreakerOutageLogsOnce(t *testing.T) {
 	claim := stageErr(inbox.StageClaim, fmt.Errorf("claim: %w", inbox.ErrPermissionDenied))
 	for i := range 50 {
 		d := b.Decide(ctx, inbox.Message{ID: fmt.Sprint(i)}, claim, 1_000, 1)
-		require.Equal(t, ActionHold, d.Action, "a store failure is never an attempt, even past MaxAttempts")
+		require.Equal(t, ActionHold, d.Action, "a store failure is never an attempt, even past MaxDeliveries")
 		require.Equal(t, inbox.FaultStore, d.Fault)
 	}
 	require.Equal(t, 1, logs.count(slog.LevelWarn))

@@ -1,27 +1,36 @@
-// Package inboxtransport is the delivery policy that the transport
-// adapters (inboxkafka, inboxsqs, inboxnats, inboxrabbit) share, so that
-// a new transport only says how to receive, ack and nack a delivery.
+// Package inboxtransport is the delivery loop that the transport adapters
+// (inboxkafka, inboxsqs, inboxnats, inboxrabbit) run, so that an adapter
+// says only how its broker receives, acknowledges, rejects, retries,
+// releases and extends a delivery.
 //
-// A transport wraps each delivery it receives in its own type, which
-// carries a Delivery (the message as received, with the broker's delivery
-// count), and hands a batch of them to Policy.Process. The policy runs the
-// KeyFunc once, processes the keyed messages as one batch through the
-// inbox client, judges each failure (inbox.Judge) through a Breaker,
-// dead-letters what will never be applied, and counts each message's
-// attempts, leaving out the deliveries that were not attempts. It returns
-// a Settlement per delivery, and the transport acts on its Verdict:
+// An adapter implements a Source over its broker client and runs a Loop
+// over it:
 //
-//	for i, s := range policy.Process(ctx, ds, ordered) {
-//		switch s.Verdict {
-//		case inboxtransport.Ack, inboxtransport.DeadLettered:
-//			ack(ds[i])
-//		case inboxtransport.Retry:
-//			nakWithDelay(ds[i], s.Delay)
-//		default:
-//			nak(ds[i])
-//		}
-//	}
+//	loop, err := inboxtransport.NewLoop(inboxtransport.LoopConfig[pgx.Tx, *delivery]{
+//		Name: "inboxfoo", Client: client, Handler: handler,
+//		Consumer: cfg.Consumer, Key: cfg.Key, Settings: cfg.Settings,
+//	})
+//	…
+//	return loop.Run(ctx, source) // Receive, Ack, Reject, Retry, Release (and Extend)
 //
-// Wait pauses the transport while the store is down or the streak breaker
-// is open.
+// Each worker of the Loop receives a batch, keys it, claims and handles it
+// in one transaction (Policy), and settles each delivery once, after the
+// commit, by its Verdict: ack, reject (a dead letter), retry after a
+// delay, or release. While a batch commits, the worker's next batch is
+// already being received: at most one batch ahead, held and extended like
+// the one in flight, never acknowledged before its own commit. The Loop
+// extends what it holds (Extender), processes the dead letters an operator
+// marked for replay, pauses while the store is down or the streak breaker
+// is open (Breaker), and, when Run's context is done, releases what it
+// received and did not start and gives the batches in flight
+// Settings.ShutdownTimeout to finish. A transport that schedules its
+// deliveries itself (Kafka's partitions, SQS FIFO's message groups) runs
+// them in the Loop's frame (RunFunc) and settles each batch through
+// Handle.
+//
+// Settings are the knobs every transport's Config shares, embedded in each:
+// one name, default, validation and meaning everywhere. docs/TRANSPORTS.md
+// has them in one table, with what each broker makes of them.
+//
+// Package transporttest is the conformance suite every transport passes.
 package inboxtransport

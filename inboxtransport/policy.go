@@ -38,6 +38,13 @@ type Delivery struct {
 	// reports that it was read.
 	broker int
 	filled bool
+
+	// mu serialises the Loop's settling of the delivery with its
+	// extension: none is sent during or after the call that settles it.
+	mu       sync.Mutex
+	settled  bool
+	extended time.Time // when it was received or last extended
+	lost     bool      // an extension found the broker no longer holds it
 }
 
 // Carrier is a transport's own delivery type: it holds a Delivery, and
@@ -120,12 +127,13 @@ type Config[TTx any, D Carrier] struct {
 	Handler  inbox.Handler[TTx]
 	Consumer string
 	Key      inbox.KeyFunc
-	// MaxAttempts is how many of a message's own failures dead-letter it
-	// with inbox.ReasonMaxAttempts. Defaults to 1.
-	MaxAttempts int
+	// MaxDeliveries is how many of a message's own failures dead-letter
+	// it with inbox.ReasonMaxAttempts. Defaults to 1.
+	MaxDeliveries int
 	// RetryBackoff and MaxRetryBackoff set Settlement.Delay, and the
 	// pause of Wait after the store was found unavailable, which doubles
-	// while it stays so. Default to 1s and 5m.
+	// while it stays so. Default to DefaultRetryBackoff and
+	// DefaultMaxRetryBackoff (1s and 1m).
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 	// Name prefixes the policy's logs and errors, such as "inboxsqs".
@@ -167,12 +175,6 @@ type Policy[TTx any, D Carrier] struct {
 	pauseLength time.Duration
 }
 
-// Defaults of a Policy's Config.
-const (
-	DefaultRetryBackoff    = time.Second
-	DefaultMaxRetryBackoff = 5 * time.Minute
-)
-
 // NewPolicy returns the Policy of cfg, with a Breaker of its own.
 func NewPolicy[TTx any, D Carrier](cfg Config[TTx, D]) (*Policy[TTx, D], error) {
 	switch {
@@ -186,7 +188,7 @@ func NewPolicy[TTx any, D Carrier](cfg Config[TTx, D]) (*Policy[TTx, D], error) 
 	if err := inbox.ValidateConsumer(cfg.Consumer); err != nil {
 		return nil, fmt.Errorf("inboxtransport: NewPolicy: Config.Consumer: %w", err)
 	}
-	cfg.MaxAttempts = max(cfg.MaxAttempts, 1)
+	cfg.MaxDeliveries = max(cfg.MaxDeliveries, 1)
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
 	}
@@ -336,7 +338,7 @@ func (p *Policy[TTx, D]) judge(ctx context.Context, msg inbox.Message, err error
 	case cancelled:
 		return Release, Decision{Fault: inbox.Judge(err)}
 	}
-	d := p.breaker.Decide(ctx, msg, err, attempt, p.cfg.MaxAttempts)
+	d := p.breaker.Decide(ctx, msg, err, attempt, p.cfg.MaxDeliveries)
 	if d.Action == ActionDeadLetter {
 		return DeadLettered, d
 	}
@@ -390,12 +392,12 @@ func (p *Policy[TTx, D]) fill(dl *Delivery) {
 // the deliveries this process excused (they were no attempts), or one more
 // than the failures this process counted, whichever is more; so at least
 // 1, for this delivery is an attempt whatever the counts say. On the
-// broker's last delivery it is at least MaxAttempts.
+// broker's last delivery it is at least MaxDeliveries.
 func (p *Policy[TTx, D]) attempt(dl *Delivery) int {
 	failed, excused := p.counts.get(dl.track())
 	n := max(dl.broker-excused, failed+1)
 	if dl.Last {
-		n = max(n, p.cfg.MaxAttempts)
+		n = max(n, p.cfg.MaxDeliveries)
 	}
 	return n
 }
@@ -457,12 +459,18 @@ func (p *Policy[TTx, D]) Wait(ctx context.Context) {
 	}
 }
 
-// Sleep waits for d or until ctx is done.
-func Sleep(ctx context.Context, d time.Duration) {
+// Sleep waits for d, or until ctx is done, and reports whether ctx is
+// still not done.
+func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
+		return false
 	case <-t.C:
+		return true
 	}
 }

@@ -17,7 +17,7 @@ func (c *carrier) Delivery() *Delivery { return &c.tr }
 
 func testPolicy(maxAttempts int) *Policy[struct{}, *carrier] {
 	return &Policy[struct{}, *carrier]{
-		cfg:     Config[struct{}, *carrier]{MaxAttempts: maxAttempts, RetryBackoff: time.Second, MaxRetryBackoff: time.Minute},
+		cfg:     Config[struct{}, *carrier]{MaxDeliveries: maxAttempts, RetryBackoff: time.Second, MaxRetryBackoff: time.Minute},
 		breaker: NewBreaker("billing", inbox.Config{}, nil),
 		counts:  newCounts(maxCounted),
 	}
@@ -71,7 +71,7 @@ func TestJudge(t *testing.T) {
 // TestAttemptLeavesOutExcusedDeliveries: a delivery's attempt is the
 // broker's count less the deliveries that were not attempts, or one more
 // than this process's count of failures, whichever is more; on the
-// broker's last delivery at least MaxAttempts.
+// broker's last delivery at least MaxDeliveries.
 func TestAttemptLeavesOutExcusedDeliveries(t *testing.T) {
 	t.Parallel()
 	p := testPolicy(7)

@@ -40,7 +40,7 @@
 // fails has its redelivery acked unhandled (lost), and a restart forgets
 // every key (applied twice). Inside this middleware's chain it can only
 // lose messages; outside it, the inbox already skips duplicates, durably.
-// 'inbox demo' shows its balance against the inbox's.
+// 'inboxlab demo' shows its balance against the inbox's.
 //
 // # Produced messages
 //
@@ -56,6 +56,6 @@
 //
 // The module requires github.com/ThreeDotsLabs/watermill v1.4.7 and works
 // with v1.4.7 and later. A build that also uses watermill-sql v4, which
-// needs v1.5, selects v1.5.x (the workspace does, for 'inbox bench'); only
+// needs v1.5, selects v1.5.x (the workspace does, for 'inboxlab bench'); only
 // the command's module requires v1.5.1 itself.
 package inboxwatermill

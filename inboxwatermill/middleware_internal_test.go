@@ -19,7 +19,7 @@ func (direct) Process(ctx context.Context, _ string, msg inbox.Message, h inbox.
 
 // BenchmarkMiddlewareOverhead measures what the middleware adds to a
 // message around Client.Process: the key, the inbox message, the context
-// with the transaction. Compare it with a transaction's time (inbox bench's
+// with the transaction. Compare it with a transaction's time (inboxlab bench's
 // inbox-handler row: about a millisecond).
 func BenchmarkMiddlewareOverhead(b *testing.B) {
 	h := middleware[int](direct{}, "bench", nil)(func(msg *message.Message) ([]*message.Message, error) {
