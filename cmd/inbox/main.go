@@ -1,20 +1,9 @@
-// Command inbox runs and maintains a transactional inbox: migrations,
-// purges, statistics, dead letters, the demo, the chaos run and the
-// benchmarks. Run 'inbox help'.
+// Command inbox runs and maintains a transactional inbox and its outbox:
+// migrations, purges, statistics, dead letters, partitions, the relay, the
+// admin page and the doctor. Run 'inbox help'. The demo, the crash tests and
+// the benchmarks are the lab's: cmd/inboxlab.
 package main
 
-import (
-	"context"
-	"os"
-	"os/signal"
-	"syscall"
+import "github.com/txinbox/inbox/cmd/inbox/inboxcli"
 
-	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
-)
-
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := inboxcli.Main(ctx, os.Args[1:], &inboxcli.Env{Stdout: os.Stdout, Stderr: os.Stderr})
-	stop()
-	os.Exit(code)
-}
+func main() { inboxcli.Run() }

@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxadmin"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 // remoteNote says why the admin page binds loopback unless told otherwise.
@@ -23,9 +24,10 @@ in front of it (and mount inboxadmin in your own server, with an Authorize
 hook, to check users).`
 
 func runAdmin(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "admin", "admin [--addr 127.0.0.1:8080] [--read-only | --allow-writes] [--show-payloads] [flags]\n\n"+
+	fs := command.NewFlags(e, "admin", "admin [--addr 127.0.0.1:8080] [--read-only | --allow-writes] [--show-payloads] [--allowed-host H] [flags]\n\n"+
 		"Serves the admin page: consumers with their coverage and headroom, dead letters\n(replay, delete), stuck effects (resolve) and the outbox (retry, park, unpark).\n"+
-		"Writes are off unless --allow-writes. A replay marks dead letters: the application\nreplays them with inbox.Client.ReplayDeadLetters.\n\n"+remoteNote)
+		"Writes are off unless --allow-writes. A replay marks dead letters: the application\nreplays them with inbox.Client.ProcessReplays.\n"+
+		"The page answers only requests that name it by a loopback name or address, by\n--addr's host, or by an --allowed-host: a site in your browser cannot reach it\nthrough a name of its own pointed at this machine (DNS rebinding).\n\n"+remoteNote)
 	var sf storeFlags
 	outboxFlags(fs, &sf)
 	addr := fs.String("addr", "127.0.0.1:8080", "the address to listen on; a non-loopback address needs --allow-remote")
@@ -34,37 +36,47 @@ func runAdmin(ctx context.Context, e *Env, args []string) error {
 	allowWrites := fs.Bool("allow-writes", false, "allow replays, deletes, resolutions and outbox changes from the page")
 	showPayloads := fs.Bool("show-payloads", false, "show payloads and header values (redacted by default)")
 	prefix := fs.String("prefix", "", "serve the page under this path, such as /admin")
-	stuckAfter := durationFlag{d: inboxadmin.DefaultStuckAfter}
+	var allowedHosts []string
+	fs.Func("allowed-host", "a `host` name or address the page is reached by, beyond loopback and --addr's host, such as the name a proxy forwards (repeat it, or separate with commas; * answers any host)", func(v string) error {
+		for h := range strings.SplitSeq(v, ",") {
+			if h = strings.TrimSpace(h); h == "" {
+				return errors.New("want a host name or address")
+			}
+			allowedHosts = append(allowedHosts, h)
+		}
+		return nil
+	})
+	stuckAfter := command.Duration{Value: inboxadmin.DefaultStuckAfter}
 	fs.Var(&stuckAfter, "stuck-after", "count effect steps started longer ago than this as stuck (default 5m)")
-	horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+	horizon := command.Duration{Value: inbox.DefaultReplayHorizon}
 	fs.Var(&horizon, "replay-horizon", "the longest you replay over, for the headroom (default 14d)")
-	if err := parseFlags(fs, args, 0); err != nil {
+	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
 	if *readOnly && *allowWrites {
-		return usagef("--read-only and --allow-writes contradict each other: pick one")
+		return command.Usagef("--read-only and --allow-writes contradict each other: pick one")
 	}
 	host, _, err := net.SplitHostPort(*addr)
 	if err != nil {
-		return usagef("--addr %q: want HOST:PORT, such as 127.0.0.1:8080", *addr)
+		return command.Usagef("--addr %q: want HOST:PORT, such as 127.0.0.1:8080", *addr)
 	}
 	if !loopback(host) && !*allowRemote {
-		return usagef("--addr %s is not a loopback address: add --allow-remote to serve it there. %s", *addr, strings.Join(strings.Fields(remoteNote), " "))
+		return command.Usagef("--addr %s is not a loopback address: add --allow-remote to serve it there. %s", *addr, strings.Join(strings.Fields(remoteNote), " "))
 	}
 	s, err := sf.open(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	cfg := idFormatFor(&sf)
-	cfg.ReplayHorizon, cfg.Retention = horizon.d, max(horizon.d, inbox.DefaultRetention)
+	cfg := s.config(&inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)})
 	a, err := inbox.NewAdmin(s.admin, cfg)
 	if err != nil {
 		return err
 	}
 	acfg := &inboxadmin.Config{
-		Prefix: *prefix, ReadOnly: *readOnly, ShowPayloads: *showPayloads, StuckAfter: stuckAfter.d,
-		Logger: slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		Prefix: *prefix, ReadOnly: *readOnly, ShowPayloads: *showPayloads, StuckAfter: stuckAfter.Value,
+		Logger:       slog.New(slog.NewTextHandler(e.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		AllowedHosts: append(listenHosts(host), allowedHosts...),
 	}
 	if *allowWrites {
 		acfg.Authorize = func(*http.Request, inboxadmin.Action) error { return nil }
@@ -74,7 +86,7 @@ func runAdmin(ctx context.Context, e *Env, args []string) error {
 	}
 	h, err := inboxadmin.NewHandler(inboxadmin.FromAdmin(a, s.admin.Tables().Layout == inboxdriver.LayoutPartitioned), acfg)
 	if err != nil {
-		return usagef("%v", err)
+		return command.Usagef("%v", err)
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
@@ -105,6 +117,26 @@ func runAdmin(ctx context.Context, e *Env, args []string) error {
 		return err
 	}
 	return nil
+}
+
+// listenHosts are the hosts a page listening on host is reached by: host
+// itself, or every address of this machine when host is unspecified (such
+// as 0.0.0.0 or an empty host).
+func listenHosts(host string) []string {
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return []string{host}
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return nil
+	}
+	var hosts []string
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok {
+			hosts = append(hosts, n.IP.String())
+		}
+	}
+	return hosts
 }
 
 // loopback reports whether host names this machine only.

@@ -131,6 +131,72 @@ func TestAdminServes(t *testing.T) {
 	require.Equal(t, 1, applied)
 }
 
+// TestAdminHelp: the help names the method that replays what the page
+// marks, and the Host check.
+func TestAdminHelp(t *testing.T) {
+	t.Parallel()
+	code, stdout, _ := run(t, nil, "admin", "--help")
+	require.Equal(t, 0, code)
+	require.Contains(t, stdout, "inbox.Client.ProcessReplays")
+	require.NotContains(t, stdout, "ReplayDeadLetters")
+	require.Contains(t, stdout, "--allowed-host")
+	require.Contains(t, stdout, "DNS rebinding")
+}
+
+// TestAdminHosts: 'inbox admin' answers requests that name loopback, its
+// --addr or an --allowed-host, and refuses another Host with 421, reads
+// included: a site that points a name of its own at this machine (DNS
+// rebinding) cannot use the page from its origin.
+func TestAdminHosts(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := migratedPgx(t)
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: inboxtest.NewID()},
+		Err: inbox.Permanent(errors.New("declined")), Attempts: 1}))
+	ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ds, 1)
+
+	base := serveAdmin(t, env, "--schema", schema, "--allow-writes", "--allowed-host", "ops.example.com")
+	port := base[strings.LastIndex(base, ":")+1:]
+	send := func(method, path, host string) (int, string) {
+		req, err := http.NewRequest(method, base+path, nil)
+		require.NoError(t, err)
+		req.Host = host
+		req.Header.Set("Origin", "http://"+host)
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	for _, host := range []string{"rebind.evil.example:" + port, "evil.example"} {
+		code, body := send(http.MethodGet, "/deadletters?format=json", host)
+		require.Equal(t, http.StatusMisdirectedRequest, code, body)
+		require.Contains(t, body, "--allowed-host")
+		require.NotContains(t, body, "billing")
+		code, body = send(http.MethodPost, fmt.Sprintf("/deadletters/%d/delete", ds[0].ID), host)
+		require.Equal(t, http.StatusMisdirectedRequest, code, body)
+	}
+	ds, err = c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, ds, 1, "the rebinding POST deleted nothing")
+	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "ops.example.com", "OPS.example.com:" + port} {
+		code, body := send(http.MethodGet, "/?format=json", host)
+		require.Equal(t, http.StatusOK, code, "%s: %s", host, body)
+	}
+
+	code, _, stderr := run(t, env, "admin", "--addr", "127.0.0.1:0", "--schema", schema, "--allowed-host", "http://ops.example.com/")
+	require.Equal(t, 2, code)
+	require.Contains(t, stderr, "AllowedHosts")
+	code, _, stderr = run(t, nil, "admin", "--allowed-host", "a,,b")
+	require.Equal(t, 2, code, stderr)
+}
+
 // lockedWriter serialises writes, for a writer a server goroutine shares.
 type lockedWriter struct {
 	mu sync.Mutex

@@ -1,12 +1,10 @@
 package inboxcli_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"os"
+	"net/url"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -16,12 +14,11 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
-	"github.com/txinbox/inbox/cmd/inbox/internal/chaos"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
-	"github.com/txinbox/inbox/internal/dbfault"
+	"github.com/txinbox/inbox/internal/command/commandtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -29,20 +26,10 @@ import (
 // run runs the command line and returns its exit status and output.
 func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
-	var stdout, stderr bytes.Buffer
-	code := inboxcli.Main(context.Background(), args, &inboxcli.Env{
-		Stdout: &stdout, Stderr: &stderr,
-		Getenv: func(k string) string { return env[k] },
-	})
-	return code, stdout.String(), stderr.String()
+	return commandtest.Run(t, inboxcli.Main, env, args...)
 }
 
-func requireOneLine(t *testing.T, s string) {
-	t.Helper()
-	require.NotEmpty(t, s)
-	require.Equal(t, 1, strings.Count(s, "\n"), "want a one-line error, got %q", s)
-	require.NotContains(t, s, "goroutine", "no panic traces")
-}
+var requireOneLine = commandtest.RequireOneLine
 
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
@@ -87,30 +74,6 @@ func TestUsageErrors(t *testing.T) {
 		require.Equal(t, 2, code, "%v: stderr %q", args, stderr)
 		require.Empty(t, stdout, "%v", args)
 		requireOneLine(t, stderr)
-	}
-}
-
-// --db-faults: a comma list of kinds, all for the run's default faults
-// (not every kind: the revoke-connect kinds need a database whose CONNECT
-// PUBLIC does not hold), none for none.
-func TestParseDBFaults(t *testing.T) {
-	t.Parallel()
-	got, err := inboxcli.ParseDBFaults("all")
-	require.NoError(t, err)
-	require.Equal(t, chaos.DefaultDBFaults, got)
-	got[0] = "changed"
-	require.NotEqual(t, dbfault.Kind("changed"), chaos.DefaultDBFaults[0], "all is a copy")
-	got, err = inboxcli.ParseDBFaults("none")
-	require.NoError(t, err)
-	require.NotNil(t, got, "none is an empty list, not the default")
-	require.Empty(t, got)
-	got, err = inboxcli.ParseDBFaults(" read-only , table-lock")
-	require.NoError(t, err)
-	require.Equal(t, []dbfault.Kind{dbfault.ReadOnly, dbfault.TableLock}, got)
-	for _, bad := range []string{"", "drop-table", "read-only,,table-lock", "all,read-only"} {
-		_, err := inboxcli.ParseDBFaults(bad)
-		require.Error(t, err, bad)
-		require.Contains(t, err.Error(), "--db-faults", bad)
 	}
 }
 
@@ -199,7 +162,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	require.Contains(t, stdout, "purged 3 rows older than 30d")
 	code, stdout, _ = run(t, env, append([]string{"purge", "--older-than", "7d", "--replay-horizon", "7d"}, db...)...)
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, "purged 1 rows")
+	require.Contains(t, stdout, "purged 1 row older")
 
 	code, stdout, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", strings.ToUpper(recent)}, db...)...)
 	require.Equal(t, 0, code, stderr)
@@ -253,17 +216,10 @@ func TestSQLiteEffectsDB(t *testing.T) {
 // the package under the command is not repeated.
 func TestErrorsSayItOnce(t *testing.T) {
 	t.Parallel()
-	for _, args := range [][]string{
-		{"chaos", "--transport", "rabbit"},
-		{"demo", "--database-url", "sqlite:x.db"},
-		{"forget", "--consumer", "billing", "--id", "nope"},
-	} {
-		code, _, stderr := run(t, nil, args...)
-		require.Equal(t, 2, code, "%v", args)
-		requireOneLine(t, stderr)
-		require.False(t, strings.HasPrefix(stderr, "inbox "+args[0]+": "+args[0]+":"), "%v: %s", args, stderr)
-		require.NotContains(t, stderr, "inbox: ", "%v", args)
-	}
+	commandtest.RequireUsageSaidOnce(t, inboxcli.Main, "inbox",
+		[]string{"forget", "--consumer", "billing", "--id", "nope"},
+		[]string{"purge", "--older-than", "3x"},
+	)
 }
 
 // A command that needs the inbox tables, run where they are missing, names
@@ -274,6 +230,10 @@ func TestMissingTables(t *testing.T) {
 	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
 	sqlite := "sqlite:" + t.TempDir() + "/empty.db"
 	id := "0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55"
+	// The database is named as the command names it: host:port/database.
+	u, err := url.Parse(env["DATABASE_URL"])
+	require.NoError(t, err)
+	where := u.Host + u.Path
 	for _, args := range [][]string{
 		{"stats", "--schema", schema},
 		{"purge", "--older-than", "30d", "--schema", schema},
@@ -281,6 +241,8 @@ func TestMissingTables(t *testing.T) {
 		{"deadletters", "list", "--schema", schema},
 		{"deadletters", "show", "1", "--schema", schema},
 		{"deadletters", "delete", "1", "--schema", schema},
+		{"outbox", "list", "--schema", schema},
+		{"outbox", "stats", "--schema", schema},
 		{"stats", "--database-url", sqlite},
 		{"deadletters", "list", "--database-url", sqlite},
 	} {
@@ -292,7 +254,7 @@ func TestMissingTables(t *testing.T) {
 		if strings.HasPrefix(args[len(args)-1], "sqlite:") {
 			require.Contains(t, stderr, "the database at "+strings.TrimPrefix(sqlite, "sqlite:"), "%v", args)
 		} else {
-			require.Contains(t, stderr, fmt.Sprintf("schema %q of the database at 127.0.0.1:5432/test", schema), "%v", args)
+			require.Contains(t, stderr, fmt.Sprintf("schema %q of the database at %s", schema, where), "%v", args)
 		}
 	}
 }
@@ -323,72 +285,5 @@ func TestStatsWithoutURL(t *testing.T) {
 // for a command that does not exist.
 func TestCLIDocsCoverEveryCommand(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "CLI.md"))
-	require.NoError(t, err)
-	sections := map[string]string{}
-	heading := regexp.MustCompile("(?m)^## `inbox ([a-z-]+)`\n")
-	locs := heading.FindAllStringSubmatchIndex(string(doc), -1)
-	for i, loc := range locs {
-		end := len(doc)
-		if i+1 < len(locs) {
-			end = locs[i+1][0]
-		}
-		sections[string(doc[loc[2]:loc[3]])] = string(doc[loc[1]:end])
-	}
-
-	code, stdout, _ := run(t, nil, "help")
-	require.Equal(t, 0, code)
-	listed := map[string]bool{}
-	line := regexp.MustCompile(`(?m)^  ([a-z-]+) +(.*)$`)
-	subcommands := regexp.MustCompile(`: ([a-z]+(?:, [a-z]+)+)$`)
-	for _, m := range line.FindAllStringSubmatch(stdout, -1) {
-		name, summary := m[1], m[2]
-		listed[name] = true
-		section, ok := sections[name]
-		if !ok {
-			t.Errorf("docs/CLI.md has no section \"## `inbox %s`\"", name)
-			continue
-		}
-		require.Contains(t, section, "Exit status", "the section of %s", name)
-		// A summary that ends in ": up, down, status, sql" names the
-		// subcommands.
-		if m := subcommands.FindStringSubmatch(summary); m != nil {
-			for _, sub := range strings.Split(m[1], ", ") {
-				require.Contains(t, section, "inbox "+name+" "+sub, "the section of %s names its subcommand %s", name, sub)
-			}
-		}
-	}
-	require.True(t, listed["bench"] && listed["deadletters"], "the help lists the commands: %s", stdout)
-	for name := range sections {
-		require.True(t, listed[name], "docs/CLI.md has a section for %q, which 'inbox help' does not list", name)
-	}
-}
-
-func TestParseDuration(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		in   string
-		want time.Duration
-		err  string
-	}{
-		{in: "30d", want: 30 * 24 * time.Hour},
-		{in: "1d12h", want: 36 * time.Hour},
-		{in: "90m", want: 90 * time.Minute},
-		{in: "36500d", want: 36500 * 24 * time.Hour},
-		{in: "36500d1h", err: "under 100 years"},
-		{in: "36500d2000000h", err: "under 100 years"}, // the sum would overflow
-		{in: "100000000h", err: "under 100 years"},     // time.ParseDuration overflows
-		{in: "-5d", err: "must be positive"},
-		{in: "-5h", err: "must be positive"},
-		{in: "3x", err: "want a form like"},
-		{in: "d", err: "want a form like"},
-	} {
-		got, err := inboxcli.ParseDuration(c.in)
-		if c.err != "" {
-			require.ErrorContains(t, err, c.err, c.in)
-			continue
-		}
-		require.NoError(t, err, c.in)
-		require.Equal(t, c.want, got, c.in)
-	}
+	commandtest.RequireDocsCoverCommands(t, inboxcli.Main, "inbox", filepath.Join("..", "..", "..", "docs", "CLI.md"))
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 func runDeadLetters(ctx context.Context, e *Env, args []string) error {
@@ -21,29 +24,29 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 				replayNote)
 			return nil
 		}
-		return usagef("want a subcommand: list, show, replay or delete")
+		return command.Usagef("want a subcommand: list, show, replay or delete")
 	}
 	sub, args := args[0], args[1:]
 	var sf storeFlags
 	switch sub {
 	case "list":
-		fs := newFlags(e, "deadletters list", "deadletters list [--consumer C] [--limit N] [--json] [flags]")
+		fs := command.NewFlags(e, "deadletters list", "deadletters list [--consumer C] [--limit N] [--json] [flags]")
 		sf.register(fs)
 		consumer := fs.String("consumer", "", "only this consumer's dead letters")
 		limit := fs.Int("limit", 50, "at most this many, newest first")
 		asJSON := fs.Bool("json", false, "print one JSON array")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		if *limit <= 0 {
-			return usagef("--limit %d: must be positive", *limit)
+			return command.Usagef("--limit %d: must be positive", *limit)
 		}
 		if *consumer != "" {
 			if err := checkConsumer(*consumer); err != nil {
 				return err
 			}
 		}
-		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 			ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: *consumer, Limit: *limit})
 			if err != nil {
 				return err
@@ -67,13 +70,13 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 				if msg == "" {
 					msg = "(no valid id)"
 				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s ago\t%s\n", d.ID, d.Consumer, msg, d.Reason, d.Attempts,
-					inbox.FormatDuration(now.Sub(d.LastSeen).Round(time.Second)), source(d))
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s ago\t%s\n", d.ID, command.Text(d.Consumer), command.Text(msg), command.Text(d.Reason), d.Attempts,
+					inbox.FormatDuration(now.Sub(d.LastSeen).Round(time.Second)), command.Text(source(d)))
 			}
 			return tw.Flush()
 		})
 	case "show", "delete":
-		fs := newFlags(e, "deadletters "+sub, "deadletters "+sub+" ID [flags]")
+		fs := command.NewFlags(e, "deadletters "+sub, "deadletters "+sub+" ID [flags]")
 		sf.register(fs)
 		asJSON := new(bool)
 		if sub == "show" {
@@ -83,17 +86,17 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			args = append(args[1:], args[0])
 		}
-		if err := parseFlags(fs, args, 1); err != nil {
+		if err := fs.Parse(args, 1); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
-			return usagef("want the dead letter's ID")
+			return command.Usagef("want the dead letter's ID")
 		}
 		id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
 		if err != nil || id <= 0 {
-			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
+			return command.Usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
-		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 			if sub == "delete" {
 				if err := c.DeleteDeadLetter(ctx, id); err != nil {
 					return err
@@ -108,20 +111,13 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			if *asJSON {
 				return json.NewEncoder(e.Stdout).Encode(toJSON(d))
 			}
-			j := toJSON(d)
-			fmt.Fprintf(e.Stdout, "id:          %d\nconsumer:    %s\nmessage id:  %s\nreason:      %s\nerror:       %s\nattempts:    %d\n",
-				d.ID, d.Consumer, d.MessageID, d.Reason, d.Error, d.Attempts)
-			fmt.Fprintf(e.Stdout, "first seen:  %s\nlast seen:   %s\nsource:      %s\n", d.FirstSeen.UTC().Format(time.RFC3339), d.LastSeen.UTC().Format(time.RFC3339), source(d))
-			for k, v := range d.Headers {
-				fmt.Fprintf(e.Stdout, "header:      %s: %s\n", k, v)
-			}
-			fmt.Fprintf(e.Stdout, "payload:     %s\n", j.Payload)
+			printDeadLetter(e, d)
 			return nil
 		})
 	case "replay":
 		return runReplay(ctx, e, args)
 	default:
-		return usagef("unknown subcommand %q: want list, show, replay or delete", sub)
+		return command.Usagef("unknown subcommand %q: want list, show, replay or delete", sub)
 	}
 }
 
@@ -136,7 +132,7 @@ with the new error.`
 
 // runReplay marks one dead letter, or every one of a consumer, for replay.
 func runReplay(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "deadletters replay", "deadletters replay ID | --consumer C --all [flags]\n\n"+replayNote)
+	fs := command.NewFlags(e, "deadletters replay", "deadletters replay ID | --consumer C --all [flags]\n\n"+replayNote)
 	var sf storeFlags
 	sf.register(fs)
 	consumer := fs.String("consumer", "", "mark every dead letter of this consumer (with --all)")
@@ -145,18 +141,18 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		args = append(args[1:], args[0])
 	}
-	if err := parseFlags(fs, args, 1); err != nil {
+	if err := fs.Parse(args, 1); err != nil {
 		return err
 	}
 	switch {
 	case fs.NArg() == 1 && (*consumer != "" || *all):
-		return usagef("give a dead letter's ID, or --consumer C --all, not both")
+		return command.Usagef("give a dead letter's ID, or --consumer C --all, not both")
 	case fs.NArg() == 1:
 		id, err := strconv.ParseInt(fs.Arg(0), 10, 64)
 		if err != nil || id <= 0 {
-			return usagef("dead letter ID %q: want a positive number", fs.Arg(0))
+			return command.Usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
-		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 			d, err := c.GetDeadLetter(ctx, id)
 			if err != nil {
 				return err
@@ -174,16 +170,16 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	case *consumer == "" && *all:
-		return usagef("--all needs --consumer: a replay runs one consumer's handler")
+		return command.Usagef("--all needs --consumer: a replay runs one consumer's handler")
 	case *consumer == "":
-		return usagef("want the dead letter's ID, or --consumer C --all")
+		return command.Usagef("want the dead letter's ID, or --consumer C --all")
 	case !*all:
-		return usagef("--consumer %s marks every dead letter of %s for replay: add --all to confirm", *consumer, *consumer)
+		return command.Usagef("--consumer %s marks every dead letter of %s for replay: add --all to confirm", *consumer, *consumer)
 	}
 	if err := checkConsumer(*consumer); err != nil {
 		return err
 	}
-	return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 		n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer})
 		if err != nil {
 			return err
@@ -197,19 +193,20 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 }
 
 // withAdmin opens the store the flags name, runs fn with an Admin over it
-// with cfg, and closes the store. An error that says the inbox tables are
+// with base (nil for the defaults) and the id format of the store's id
+// column, and closes the store. An error that says the inbox tables are
 // missing is explained (store.explain).
-func withAdmin(ctx context.Context, e *Env, sf *storeFlags, cfg *inbox.Config, fn func(c *inbox.Admin) error) error {
+func withAdmin(ctx context.Context, e *Env, sf *storeFlags, base *inbox.Config, fn func(c *inbox.Admin) error) error {
 	s, err := sf.open(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer s.close()
-	c, err := inbox.NewAdmin(s.admin, cfg)
+	c, err := inbox.NewAdmin(s.admin, s.config(base))
 	if err != nil {
 		return err
 	}
-	return s.explain(fn(c))
+	return s.explain(ctx, fn(c))
 }
 
 func source(d *inboxtype.DeadLetter) string {
@@ -244,4 +241,17 @@ func toJSON(d *inboxtype.DeadLetter) deadLetterJSON {
 		j.Payload, j.PayloadBase64 = strings.Trim(string(b), `"`), true
 	}
 	return j
+}
+
+// printDeadLetter prints one dead letter for a terminal: its stored text
+// escaped (command.Text), its headers in order, and its payload labelled
+// text or base64.
+func printDeadLetter(e *Env, d *inboxtype.DeadLetter) {
+	fmt.Fprintf(e.Stdout, "id:          %d\nconsumer:    %s\nmessage id:  %s\nreason:      %s\nerror:       %s\nattempts:    %d\n",
+		d.ID, command.Text(d.Consumer), command.Text(d.MessageID), command.Text(d.Reason), command.Text(d.Error), d.Attempts)
+	fmt.Fprintf(e.Stdout, "first seen:  %s\nlast seen:   %s\nsource:      %s\n", d.FirstSeen.UTC().Format(time.RFC3339), d.LastSeen.UTC().Format(time.RFC3339), command.Text(source(d)))
+	for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+		fmt.Fprintf(e.Stdout, "header:      %s: %s\n", command.Text(k), command.Text(d.Headers[k]))
+	}
+	fmt.Fprintf(e.Stdout, "payload:     %s\n", command.Payload(d.Payload, 64<<10))
 }

@@ -219,3 +219,40 @@ func mustInt(t *testing.T, s string) int64 {
 	require.NoError(t, err)
 	return n
 }
+
+// 'deadletters show' prints stored text escaped, so that a header or an
+// error that holds terminal escapes cannot act on the operator's terminal;
+// its headers in order; and its payload labelled text or base64.
+func TestDeadLetterShowIsSafeOnATerminal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := migratedPgx(t)
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing",
+		Message: inbox.Message{ID: inboxtest.NewID(), Payload: []byte{0x1b, 0xff, 0x00},
+			Headers: map[string]string{"z-last": "1", "a-first": "\x1b[2Jcleared", "m-mid": "rtl\u202eevil"},
+			Source:  inbox.Source{Transport: "kafka", Queue: "orders\x1b[31m"}},
+		Err: inbox.Permanent(errors.New("boom\x1b]0;title\a")), Attempts: 1}))
+	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+
+	for _, args := range [][]string{{"deadletters", "show", fmt.Sprint(list[0].ID)}, {"deadletters", "list"}} {
+		code, stdout, stderr := run(t, env, append(args, "--schema", schema)...)
+		require.Equal(t, 0, code, stderr)
+		require.NotContains(t, stdout, "\x1b", "%v: no escape reaches the terminal", args)
+		require.NotContains(t, stdout, "\a", "%v", args)
+		require.NotContains(t, stdout, "\u202e", "%v", args)
+		require.Contains(t, stdout, `orders\x1b[31m`, "%v: the escape is shown, escaped", args)
+		if args[1] == "show" {
+			require.Contains(t, stdout, `boom\x1b]0;title\x07`)
+			require.Contains(t, stdout, "payload:     (base64, 3 bytes) G/8A")
+			a, m, z := strings.Index(stdout, "a-first"), strings.Index(stdout, "m-mid"), strings.Index(stdout, "z-last")
+			require.True(t, a < m && m < z, "headers in order: %s", stdout)
+			require.Contains(t, stdout, `header:      a-first: \x1b[2Jcleared`)
+			require.Contains(t, stdout, `header:      m-mid: rtl\u202eevil`)
+		}
+	}
+}

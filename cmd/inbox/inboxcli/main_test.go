@@ -1,24 +1,20 @@
 package inboxcli_test
 
 import (
-	"context"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
-// TestMain also lets this test binary stand in for the inbox binary when a
-// command starts copies of itself: the demo and chaos consumers.
+// runMainEnv makes this test binary the inbox command, for the tests that
+// need a process of its own: it runs inboxcli.Run on its arguments.
+const runMainEnv = "INBOXCLI_TEST_RUN_MAIN"
+
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "demo-consumer" || os.Args[1] == "chaos-consumer") {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		code := inboxcli.Main(ctx, os.Args[1:], &inboxcli.Env{Stdout: os.Stdout, Stderr: os.Stderr})
-		stop()
-		os.Exit(code)
+	if os.Getenv(runMainEnv) == "1" {
+		inboxcli.Run()
 	}
 	testdb.Main(m)
 }

@@ -12,36 +12,37 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 func runPurge(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "purge", "purge --older-than DURATION [--batch N] [--dry-run] [flags]")
+	fs := command.NewFlags(e, "purge", "purge --older-than DURATION [--batch N] [--dry-run] [flags]")
 	var sf storeFlags
 	sf.register(fs)
-	var olderThan durationFlag
-	horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+	var olderThan command.Duration
+	horizon := command.Duration{Value: inbox.DefaultReplayHorizon}
 	fs.Var(&olderThan, "older-than", "delete rows processed longer ago than this: 30d, 36h, 1d12h (required)")
 	fs.Var(&horizon, "replay-horizon", "refuse a window shorter than this: the longest you will replay (default 14d)")
 	batch := fs.Int("batch", inbox.DefaultPurgeBatchSize, "rows per DELETE")
 	consumer := fs.String("consumer", "", "purge only this consumer's rows")
 	dryRun := fs.Bool("dry-run", false, "count the rows that would be deleted, and delete none")
-	if err := parseFlags(fs, args, 0); err != nil {
+	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
-	if !olderThan.set {
-		return usagef("--older-than is required")
+	if !olderThan.Given {
+		return command.Usagef("--older-than is required")
 	}
 	if *batch <= 0 {
-		return usagef("--batch %d: must be positive", *batch)
+		return command.Usagef("--batch %d: must be positive", *batch)
 	}
 	if *consumer != "" {
 		if err := checkConsumer(*consumer); err != nil {
 			return err
 		}
 	}
-	cfg := &inbox.Config{ReplayHorizon: horizon.d, Retention: max(horizon.d, inbox.DefaultRetention)}
+	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
-		return purge(ctx, e, c, olderThan.d, *consumer, *batch, *dryRun)
+		return purge(ctx, e, c, olderThan.Value, *consumer, *batch, *dryRun)
 	})
 }
 
@@ -54,7 +55,7 @@ func purge(ctx context.Context, e *Env, c *inbox.Admin, olderThan time.Duration,
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.Stdout, "would purge %d rows older than %s\n", n, window)
+		fmt.Fprintf(e.Stdout, "would purge %s older than %s\n", command.Count(n, "row", "rows"), window)
 		return nil
 	}
 	if isTerminal(e.Stdout) {
@@ -69,10 +70,14 @@ func purge(ctx context.Context, e *Env, c *inbox.Admin, olderThan time.Duration,
 	if p.Progress != nil {
 		fmt.Fprintln(e.Stdout)
 	}
+	if err != nil && ctx.Err() != nil {
+		// Each batch commits on its own: what was purged stays purged.
+		fmt.Fprintf(e.Stderr, "stopped after purging %s older than %s; run it again to purge the rest\n", command.Count(n, "row", "rows"), window)
+	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.Stdout, "purged %d rows older than %s\n", n, window)
+	fmt.Fprintf(e.Stdout, "purged %s older than %s\n", command.Count(n, "row", "rows"), window)
 	return nil
 }
 
@@ -105,43 +110,31 @@ func isTerminal(w io.Writer) bool {
 }
 
 func runForget(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "forget", "forget --consumer C --id ID [flags]")
+	fs := command.NewFlags(e, "forget", "forget --consumer C --id ID [flags]")
 	var sf storeFlags
 	sf.register(fs)
 	consumer := fs.String("consumer", "", "the consumer whose row to delete (required)")
 	id := fs.String("id", "", "the message id (required)")
-	if err := parseFlags(fs, args, 0); err != nil {
+	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
 	if *consumer == "" || *id == "" {
-		return usagef("--consumer and --id are required")
+		return command.Usagef("--consumer and --id are required")
 	}
 	if err := checkConsumer(*consumer); err != nil {
 		return err
 	}
-	if err := sf.checkIDType(); err != nil {
-		return err
-	}
-	cfg := idFormatFor(&sf)
-	if _, err := cfg.IDFormat.CanonicalID(*id); err != nil {
-		return usagef("--id: %v", err)
-	}
-	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
+	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
+		// The id is checked against the store's id column, once read.
+		if _, err := c.Config().IDFormat.CanonicalID(*id); err != nil {
+			return command.Usagef("--id: %v", err)
+		}
 		if err := c.Forget(ctx, *consumer, *id); err != nil {
 			return err
 		}
 		fmt.Fprintf(e.Stdout, "forgot %s/%s: its next delivery applies again\n", *consumer, *id)
 		return nil
 	})
-}
-
-// idFormatFor is a client config that accepts the ids the store's column
-// holds.
-func idFormatFor(sf *storeFlags) *inbox.Config {
-	if sf.idType == string(inboxdriver.IDTypeText) {
-		return &inbox.Config{IDFormat: inbox.IDFormatText}
-	}
-	return &inbox.Config{}
 }
 
 // statsJSON is the contract of 'inbox stats --json'.
@@ -189,17 +182,17 @@ type consumerJSON struct {
 }
 
 func runStats(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "stats", "stats [--json] [--stuck-after DURATION] [flags]")
+	fs := command.NewFlags(e, "stats", "stats [--json] [--stuck-after DURATION] [flags]")
 	var sf storeFlags
 	sf.register(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	stuckAfter := durationFlag{d: defaultStuckAfter}
+	stuckAfter := command.Duration{Value: defaultStuckAfter}
 	fs.Var(&stuckAfter, "stuck-after", "list remote-effect steps started longer ago than this and never recorded done (default 5m)")
-	if err := parseFlags(fs, args, 0); err != nil {
+	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
-	return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
-		return stats(ctx, e, c, stuckAfter.d, *asJSON, sf.tables.Layout == inboxdriver.LayoutPartitioned)
+	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
+		return stats(ctx, e, c, stuckAfter.Value, *asJSON, sf.tables.Layout == inboxdriver.LayoutPartitioned)
 	})
 }
 
@@ -221,7 +214,7 @@ func stats(ctx context.Context, e *Env, c *inbox.Admin, stuckAfter time.Duration
 		State: inboxtype.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
 	})
 	if err != nil {
-		out.StuckEffectsError = oneLine(err.Error())
+		out.StuckEffectsError = command.OneLine(err.Error())
 	}
 	if len(stuck) > stuckEffectsLimit {
 		stuck, out.StuckEffectsMore = stuck[:stuckEffectsLimit], true

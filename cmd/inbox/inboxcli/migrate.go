@@ -9,6 +9,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 func runMigrate(ctx context.Context, e *Env, args []string) error {
@@ -17,16 +18,16 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 			fmt.Fprintln(e.Stdout, "Usage: inbox migrate up|down|status|sql [flags]\n\nRun 'inbox migrate <subcommand> -h' for its flags.")
 			return nil
 		}
-		return usagef("want a subcommand: up, down, status or sql")
+		return command.Usagef("want a subcommand: up, down, status or sql")
 	}
 	sub, args := args[0], args[1:]
 	var sf storeFlags
 	switch sub {
 	case "up":
-		fs := newFlags(e, "migrate up", "migrate up [--partitioned] [flags]")
+		fs := command.NewFlags(e, "migrate up", "migrate up [--partitioned] [flags]")
 		sf.register(fs)
 		partitioned := fs.Bool("partitioned", false, "Postgres 14+: create the inbox partitioned by day over time-ordered ids (UUIDv7), and its first partitions")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		if *partitioned {
@@ -46,40 +47,33 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	case "down":
-		fs := newFlags(e, "migrate down", "migrate down [--to VERSION] [flags]")
+		fs := command.NewFlags(e, "migrate down", "migrate down [--to VERSION] [--dry-run] [--force] [flags]")
 		sf.register(fs)
-		to := fs.Int("to", -1, "revert down to this version, 0 for all (default: one step)")
-		if err := parseFlags(fs, args, 0); err != nil {
+		to := fs.Int("to", 0, fmt.Sprintf("revert down to this version, 0 to %d; 0 reverts all (default: one step)", inboxmigrate.Latest()))
+		dryRun := fs.Bool("dry-run", false, "print what would be reverted and the rows each dropped table holds, and change nothing")
+		force := fs.Bool("force", false, "revert even when it drops tables that hold rows (they are lost)")
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
-		if *to < -1 || *to > inboxmigrate.Latest() {
-			return usagef("--to %d: want a version between 0 and %d", *to, inboxmigrate.Latest())
+		oneStep := !fs.Set("to")
+		if !oneStep && (*to < 0 || *to > inboxmigrate.Latest()) {
+			return command.Usagef("--to %d: want a version between 0 and %d", *to, inboxmigrate.Latest())
 		}
 		return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
 			target := *to
-			if target < 0 {
+			if oneStep {
 				cur, err := m.Current(ctx)
 				if err != nil {
 					return err
 				}
 				target = max(cur-1, 0)
 			}
-			done, err := m.Down(ctx, target)
-			for _, i := range done {
-				fmt.Fprintf(e.Stdout, "reverted %03d_%s\n", i.Version, i.Name)
-			}
-			if err != nil {
-				return err
-			}
-			if len(done) == 0 {
-				fmt.Fprintln(e.Stdout, "nothing to revert")
-			}
-			return nil
+			return migrateDown(ctx, e, m, target, *dryRun, *force)
 		})
 	case "status":
-		fs := newFlags(e, "migrate status", "migrate status [flags]")
+		fs := command.NewFlags(e, "migrate status", "migrate status [flags]")
 		sf.register(fs)
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
@@ -97,7 +91,7 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	case "sql":
-		fs := newFlags(e, "migrate sql", "migrate sql [--dialect D] [--format F] [--out DIR] [flags]")
+		fs := command.NewFlags(e, "migrate sql", "migrate sql [--dialect D] [--format F] [--out DIR] [flags]")
 		dialect := fs.String("dialect", string(inboxdriver.DialectPostgres), "postgres, mysql or sqlite")
 		format := fs.String("format", string(inboxmigrate.FormatPlain), "plain (one script), goose, or golang-migrate")
 		out := fs.String("out", "", "write one file per migration into this directory instead of printing")
@@ -105,7 +99,7 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 		fs.StringVar(&sf.tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
 		idType := fs.String("id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
 		partitioned := fs.Bool("partitioned", false, "postgres: the inbox partitioned by day; make its partitions with 'inbox partitions premake'")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		sf.tables.IDType = inboxdriver.IDType(*idType)
@@ -114,7 +108,7 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 		}
 		files, err := inboxmigrate.Render(inboxdriver.Dialect(*dialect), sf.tables, inboxmigrate.Format(*format))
 		if err != nil {
-			return usagef("%v", err)
+			return command.Usagef("%v", err)
 		}
 		if *out == "" {
 			for i, f := range files {
@@ -140,7 +134,7 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 		}
 		return nil
 	default:
-		return usagef("unknown subcommand %q: want up, down, status or sql", sub)
+		return command.Usagef("unknown subcommand %q: want up, down, status or sql", sub)
 	}
 }
 
@@ -152,7 +146,7 @@ func withMigrator(ctx context.Context, e *Env, sf *storeFlags, fn func(m *inboxm
 	defer s.close()
 	m, err := inboxmigrate.New(s.admin)
 	if err != nil {
-		return usagef("%v", err)
+		return command.Usagef("%v", err)
 	}
 	if err := fn(m); err != nil || s.ledger == nil {
 		return err
@@ -160,8 +154,55 @@ func withMigrator(ctx context.Context, e *Env, sf *storeFlags, fn func(m *inboxm
 	// The effects ledger's own file gets the same migrations.
 	lm, err := inboxmigrate.New(s.ledger)
 	if err != nil {
-		return usagef("%v", err)
+		return command.Usagef("%v", err)
 	}
 	fmt.Fprintf(e.Stdout, "effects ledger %s:\n", sf.effectsDB)
 	return fn(lm)
+}
+
+// migrateDown reverts m's store to version target, after saying what it
+// drops. It refuses to drop a table that holds rows unless force is set,
+// and with dryRun only says.
+func migrateDown(ctx context.Context, e *Env, m *inboxmigrate.Migrator, target int, dryRun, force bool) error {
+	plan, err := m.Plan(ctx, target)
+	if err != nil {
+		return err
+	}
+	if len(plan) == 0 {
+		fmt.Fprintln(e.Stdout, "nothing to revert")
+		return nil
+	}
+	verb := "reverting"
+	if dryRun {
+		verb = "would revert"
+	}
+	var rows int64
+	var holding []string
+	for _, st := range plan {
+		var drops []string
+		for _, d := range st.Drops {
+			drops = append(drops, fmt.Sprintf("%s (%s)", d.Table, command.Count(d.Rows, "row", "rows")))
+			if d.Rows > 0 {
+				rows += d.Rows
+				holding = append(holding, d.Table)
+			}
+		}
+		line := fmt.Sprintf("%s %03d_%s", verb, st.Version, st.Name)
+		if len(drops) > 0 {
+			line += ": drops " + strings.Join(drops, ", ")
+		}
+		fmt.Fprintln(e.Stdout, line)
+	}
+	if dryRun {
+		return nil
+	}
+	if rows > 0 && !force {
+		return fmt.Errorf("refusing to drop %s that %s %s: add --force to drop the rows too, or --dry-run to see the plan",
+			strings.Join(holding, ", "), map[bool]string{true: "holds", false: "hold"}[len(holding) == 1], command.Count(rows, "row", "rows"))
+	}
+	done, err := m.Down(ctx, target)
+	for _, i := range done {
+		fmt.Fprintf(e.Stdout, "reverted %03d_%s\n", i.Version, i.Name)
+	}
+	return err
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,11 +14,12 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/command"
 	"github.com/txinbox/inbox/outbox"
 )
 
 // outboxFlags are the store flags of the outbox commands.
-func outboxFlags(fs *flagSet, sf *storeFlags) {
+func outboxFlags(fs *command.FlagSet, sf *storeFlags) {
 	sf.register(fs)
 	fs.StringVar(&sf.tables.Outbox, "outbox-table", inboxdriver.DefaultOutboxTable, "the outbox table")
 	fs.StringVar(&sf.tables.OutboxKeys, "outbox-keys-table", inboxdriver.DefaultOutboxKeysTable, "the table of the outbox's key sequences (ordered mode)")
@@ -33,7 +36,7 @@ func withOutbox(ctx context.Context, e *Env, sf *storeFlags, fn func(a inboxdriv
 	if !ok {
 		return fmt.Errorf("the store at %s keeps no outbox", s.where)
 	}
-	return fn(a)
+	return s.explain(ctx, fn(a))
 }
 
 func runOutbox(ctx context.Context, e *Env, args []string) error {
@@ -43,16 +46,16 @@ func runOutbox(ctx context.Context, e *Env, args []string) error {
 				"The outbox holds the events that producers enqueued and no relay has published yet; 'inbox relay' publishes them.")
 			return nil
 		}
-		return usagef("want a subcommand: stats, list, show, retry, park or unpark")
+		return command.Usagef("want a subcommand: stats, list, show, retry, park or unpark")
 	}
 	sub, args := args[0], args[1:]
 	var sf storeFlags
 	switch sub {
 	case "stats":
-		fs := newFlags(e, "outbox stats", "outbox stats [--json] [flags]")
+		fs := command.NewFlags(e, "outbox stats", "outbox stats [--json] [flags]")
 		outboxFlags(fs, &sf)
 		asJSON := fs.Bool("json", false, "print one JSON object")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
@@ -76,21 +79,21 @@ func runOutbox(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	case "list":
-		fs := newFlags(e, "outbox list", "outbox list [--state pending|parked|published] [--limit N] [--json] [flags]")
+		fs := command.NewFlags(e, "outbox list", "outbox list [--state pending|parked|published] [--limit N] [--json] [flags]")
 		outboxFlags(fs, &sf)
 		state := fs.String("state", "", "only events in this state: pending, parked or published")
 		limit := fs.Int("limit", 50, "at most this many, oldest first")
 		asJSON := fs.Bool("json", false, "print one JSON array")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		switch inboxdriver.OutboxState(*state) {
 		case "", inboxdriver.OutboxPending, inboxdriver.OutboxParked, inboxdriver.OutboxPublished:
 		default:
-			return usagef("--state %q: want pending, parked or published", *state)
+			return command.Usagef("--state %q: want pending, parked or published", *state)
 		}
 		if *limit <= 0 {
-			return usagef("--limit %d: must be positive", *limit)
+			return command.Usagef("--limit %d: must be positive", *limit)
 		}
 		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
 			rows, err := a.OutboxList(ctx, &inboxdriver.OutboxListParams{State: inboxdriver.OutboxState(*state), Limit: *limit})
@@ -112,29 +115,29 @@ func runOutbox(ctx context.Context, e *Env, args []string) error {
 			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tREJECTIONS\tAGE\tLAST ERROR")
 			now := time.Now()
 			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, r.Topic, printable(r.Key, 24), rowState(r), r.Attempts,
-					inbox.FormatDuration(now.Sub(r.CreatedAt).Round(time.Second)), oneLine(clipText(r.LastError, 60)))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, command.Text(r.Topic), command.Text(command.Clip(string(r.Key), 24)), rowState(r), r.Attempts,
+					inbox.FormatDuration(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
 			}
 			return tw.Flush()
 		})
 	case "show", "retry", "park", "unpark":
-		fs := newFlags(e, "outbox "+sub, "outbox "+sub+" ID [flags]")
+		fs := command.NewFlags(e, "outbox "+sub, "outbox "+sub+" ID [flags]")
 		outboxFlags(fs, &sf)
 		asJSON := fs.Bool("json", false, "print one JSON object (show)")
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 			args = append(args[1:], args[0])
 		}
-		if err := parseFlags(fs, args, 1); err != nil {
+		if err := fs.Parse(args, 1); err != nil {
 			return err
 		}
 		if fs.NArg() != 1 {
-			return usagef("want the event's id: inbox outbox %s ID", sub)
-		}
-		id, err := outboxID(&sf, fs.Arg(0))
-		if err != nil {
-			return err
+			return command.Usagef("want the event's id: inbox outbox %s ID", sub)
 		}
 		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+			id, err := outboxID(a.Tables().IDType, fs.Arg(0))
+			if err != nil {
+				return err
+			}
 			if sub == "show" {
 				r, err := a.OutboxGet(ctx, id)
 				if errors.Is(err, inboxdriver.ErrNotFound) {
@@ -167,19 +170,19 @@ func runOutbox(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	default:
-		return usagef("unknown subcommand %q: want stats, list, show, retry, park or unpark", sub)
+		return command.Usagef("unknown subcommand %q: want stats, list, show, retry, park or unpark", sub)
 	}
 }
 
 // outboxID canonicalises an event id as the store's id column holds it.
-func outboxID(sf *storeFlags, raw string) (string, error) {
+func outboxID(column inboxdriver.IDType, raw string) (string, error) {
 	format := inbox.IDFormatUUID
-	if sf.idType == string(inboxdriver.IDTypeText) {
+	if column == inboxdriver.IDTypeText {
 		format = inbox.IDFormatText
 	}
 	id, err := format.CanonicalID(raw)
 	if err != nil {
-		return "", usagef("%v", err)
+		return "", command.Usagef("%v", err)
 	}
 	return id, nil
 }
@@ -202,20 +205,20 @@ func rowState(r *inboxdriver.OutboxRow) string {
 func printOutboxRow(e *Env, r *inboxdriver.OutboxRow) {
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\n", r.ID)
-	fmt.Fprintf(tw, "topic\t%s\n", r.Topic)
-	fmt.Fprintf(tw, "key\t%s\n", printable(r.Key, 200))
+	fmt.Fprintf(tw, "topic\t%s\n", command.Text(r.Topic))
+	fmt.Fprintf(tw, "key\t%s\n", command.Text(command.Clip(string(r.Key), 200)))
 	if r.KeySeq > 0 {
 		fmt.Fprintf(tw, "key sequence\t%d\n", r.KeySeq)
 	}
 	if r.CausationID != "" {
-		fmt.Fprintf(tw, "caused by\t%s\n", r.CausationID)
+		fmt.Fprintf(tw, "caused by\t%s\n", command.Text(r.CausationID))
 	}
 	fmt.Fprintf(tw, "state\t%s\n", rowState(r))
 	fmt.Fprintf(tw, "enqueued\t%s\n", r.CreatedAt.Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "available\t%s\n", r.AvailableAt.Format(time.RFC3339Nano))
 	fmt.Fprintf(tw, "rejections\t%d\n", r.Attempts)
 	if r.LastError != "" {
-		fmt.Fprintf(tw, "last error\t%s\n", oneLine(r.LastError))
+		fmt.Fprintf(tw, "last error\t%s\n", command.Text(command.OneLine(r.LastError)))
 	}
 	if !r.ParkedAt.IsZero() {
 		fmt.Fprintf(tw, "parked\t%s\n", r.ParkedAt.Format(time.RFC3339Nano))
@@ -223,33 +226,11 @@ func printOutboxRow(e *Env, r *inboxdriver.OutboxRow) {
 	if !r.PublishedAt.IsZero() {
 		fmt.Fprintf(tw, "published\t%s\n", r.PublishedAt.Format(time.RFC3339Nano))
 	}
-	for k, v := range r.Headers {
-		fmt.Fprintf(tw, "header %s\t%s\n", k, v)
+	for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+		fmt.Fprintf(tw, "header %s\t%s\n", command.Text(k), command.Text(r.Headers[k]))
 	}
-	fmt.Fprintf(tw, "payload\t%s\n", printable(r.Payload, 2000))
+	fmt.Fprintf(tw, "payload\t%s\n", command.Payload(r.Payload, 2000))
 	tw.Flush()
-}
-
-// printable shows b as text when it is printable UTF-8, clipped to max
-// bytes, and otherwise as its length.
-func printable(b []byte, max int) string {
-	if b == nil {
-		return "-"
-	}
-	if !utf8.Valid(b) || strings.ContainsFunc(string(b), func(r rune) bool { return r < ' ' && r != '\t' }) {
-		return fmt.Sprintf("(%d bytes of binary)", len(b))
-	}
-	return clipText(string(b), max)
-}
-
-func clipText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	for max > 0 && !utf8.RuneStart(s[max]) {
-		max--
-	}
-	return s[:max] + "…"
 }
 
 type outboxStatsJSON struct {

@@ -9,11 +9,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 // runPartitions is 'inbox partitions list|premake|drop': the day
@@ -30,20 +29,20 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 				"Run 'inbox partitions <subcommand> -h' for its flags.")
 			return nil
 		}
-		return usagef("want a subcommand: list, premake, drop or adopt")
+		return command.Usagef("want a subcommand: list, premake, drop or adopt")
 	}
 	sub, args := args[0], args[1:]
 	var sf storeFlags
 	sf.tables.Layout = inboxdriver.LayoutPartitioned
 	switch sub {
 	case "list":
-		fs := newFlags(e, "partitions list", "partitions list [--json] [flags]")
+		fs := command.NewFlags(e, "partitions list", "partitions list [--json] [flags]")
 		sf.register(fs)
 		asJSON := fs.Bool("json", false, "print one JSON object")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
-		return withAdmin(ctx, e, &sf, idFormatFor(&sf), func(c *inbox.Admin) error {
+		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 			st, err := c.Partitions(ctx)
 			if err != nil {
 				return err
@@ -55,13 +54,13 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	case "premake", "drop":
-		fs := newFlags(e, "partitions "+sub, "partitions "+sub+" [--dry-run] [flags]")
+		fs := command.NewFlags(e, "partitions "+sub, "partitions "+sub+" [--dry-run] [flags]")
 		sf.register(fs)
-		premake := durationFlag{d: inboxdriver.DefaultPartitionPremake}
-		skew := durationFlag{d: inboxdriver.DefaultPartitionMaxSkew}
-		backfill := durationFlag{d: inboxdriver.DefaultPartitionBackfill}
-		retention := durationFlag{}
-		horizon := durationFlag{d: inbox.DefaultReplayHorizon}
+		premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
+		skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
+		backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
+		retention := command.Duration{}
+		horizon := command.Duration{Value: inbox.DefaultReplayHorizon}
 		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
 		if sub == "premake" {
 			fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock; at least --max-skew (default 7d)")
@@ -71,23 +70,22 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			fs.Var(&horizon, "replay-horizon", "refuse a retention shorter than this plus --max-skew: the longest you will replay (default 14d)")
 		}
 		dryRun := fs.Bool("dry-run", false, "say what would be made or dropped, and change nothing")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
-		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.d, MaxSkew: skew.d, Backfill: backfill.d}
+		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value, Backfill: backfill.Value}
 		if err := sf.partitions.Validate(); err != nil {
-			return usagef("%v", err)
+			return command.Usagef("%v", err)
 		}
 		p := inbox.MaintainPartitionsParams{Premake: sub == "premake", Drop: sub == "drop", DryRun: *dryRun}
 		// The client's own retention only has to pass its checks: a drop
 		// is refused by MaintainPartitions, which names the numbers.
-		cfg := idFormatFor(&sf)
-		cfg.ReplayHorizon, cfg.Retention = horizon.d, max(inbox.DefaultRetention, horizon.d+skew.d)
+		cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(inbox.DefaultRetention, horizon.Value+skew.Value)}
 		if sub == "drop" {
-			if !retention.set {
-				return usagef("--retention is required")
+			if !retention.Given {
+				return command.Usagef("--retention is required")
 			}
-			p.Retention = retention.d
+			p.Retention = retention.Value
 		}
 		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 			rep, err := c.MaintainPartitions(ctx, p)
@@ -98,36 +96,35 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	case "adopt":
-		fs := newFlags(e, "partitions adopt", "partitions adopt [--dry-run] [--lock-timeout DURATION] [flags]")
+		fs := command.NewFlags(e, "partitions adopt", "partitions adopt [--dry-run] [--lock-timeout DURATION] [flags]")
 		sf.register(fs)
-		premake := durationFlag{d: inboxdriver.DefaultPartitionPremake}
-		skew := durationFlag{d: inboxdriver.DefaultPartitionMaxSkew}
-		backfill := durationFlag{d: inboxdriver.DefaultPartitionBackfill}
-		lockTimeout := durationFlag{d: inboxdriver.DefaultAdoptLockTimeout}
+		premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
+		skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
+		backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
+		lockTimeout := command.Duration{Value: inboxdriver.DefaultAdoptLockTimeout}
 		fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock (default 7d)")
 		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
 		fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds: an older one is refused as expired, not skipped as a duplicate (default 31d: the retention, 30d, plus --max-skew)")
 		fs.Var(&lockTimeout, "lock-timeout", "the longest each attempt at the switch waits for the claims open on the plain table, and so the longest a claim stalls (default 1s)")
 		attempts := fs.Int("attempts", inboxdriver.DefaultAdoptAttempts, "attempts at the switch, a second apart")
 		dryRun := fs.Bool("dry-run", false, "say what would be done, and change nothing")
-		if err := parseFlags(fs, args, 0); err != nil {
+		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
 		if *attempts < 1 {
-			return usagef("--attempts must be at least 1, got %d", *attempts)
+			return command.Usagef("--attempts must be at least 1, got %d", *attempts)
 		}
-		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.d, MaxSkew: skew.d}
-		if backfill.set {
-			sf.partitions.Backfill = backfill.d
+		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value}
+		if backfill.Given {
+			sf.partitions.Backfill = backfill.Value
 		}
 		if err := sf.partitions.Validate(); err != nil {
-			return usagef("%v", err)
+			return command.Usagef("%v", err)
 		}
-		cfg := idFormatFor(&sf)
-		cfg.ReplayHorizon, cfg.Retention = inbox.DefaultReplayHorizon, max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.d)
-		p := inbox.AdoptParams{LockTimeout: lockTimeout.d, Attempts: *attempts, DryRun: *dryRun}
-		if backfill.set {
-			p.Backfill = backfill.d
+		cfg := &inbox.Config{ReplayHorizon: inbox.DefaultReplayHorizon, Retention: max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.Value)}
+		p := inbox.AdoptParams{LockTimeout: lockTimeout.Value, Attempts: *attempts, DryRun: *dryRun}
+		if backfill.Given {
+			p.Backfill = backfill.Value
 		}
 		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 			rep, err := c.AdoptPlainInbox(ctx, p)
@@ -138,7 +135,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 			return nil
 		})
 	default:
-		return usagef("unknown subcommand %q: want list, premake, drop or adopt", sub)
+		return command.Usagef("unknown subcommand %q: want list, premake, drop or adopt", sub)
 	}
 }
 
@@ -315,31 +312,12 @@ func printReport(w io.Writer, rep *inboxtype.PartitionReport, dryRun bool) {
 	}
 }
 
-// detectLayout returns the layout of the inbox table that t names:
-// partitioned when it is a partitioned table. The commands read the layout
-// from the database rather than a flag, so that none runs the plain
-// table's statements on a partitioned one (a purge by ctid would delete
-// the wrong rows).
-func detectLayout(ctx context.Context, pool *pgxpool.Pool, t inboxdriver.Tables) (inboxdriver.Layout, error) {
-	t = t.WithDefaults()
-	var kind string
-	err := pool.QueryRow(ctx, `SELECT coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`,
-		t.Qualify(inboxdriver.DialectPostgres, t.Inbox)).Scan(&kind)
-	if err != nil {
-		return "", err
-	}
-	if kind == "p" {
-		return inboxdriver.LayoutPartitioned, nil
-	}
-	return inboxdriver.LayoutPlain, nil
-}
-
 // statsPartitions adds the partition state of a partitioned inbox to
 // 'inbox stats'.
 func statsPartitions(ctx context.Context, c *inbox.Admin, out *statsJSON) {
 	st, err := c.Partitions(ctx)
 	if err != nil {
-		out.PartitionsError = oneLine(err.Error())
+		out.PartitionsError = command.OneLine(err.Error())
 		return
 	}
 	p := partitionsOut(st)

@@ -74,7 +74,7 @@ func TestPartitions(t *testing.T) {
 	// the old row only.
 	code, stdout, stderr = run(t, env, cmd("purge", "--older-than", "30d")...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "purged 1 rows")
+	require.Contains(t, stdout, "purged 1 row older")
 	inboxtest.RequireDuplicate(t)(c.Process(context.Background(), "billing", inbox.Message{ID: recent}, noop))
 	inboxtest.RequireApplied(t)(c.Process(context.Background(), "billing", inbox.Message{ID: old}, noop))
 

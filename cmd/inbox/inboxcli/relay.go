@@ -13,10 +13,12 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxnats"
 	"github.com/txinbox/inbox/inboxrabbit"
+	"github.com/txinbox/inbox/internal/command"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -24,7 +26,7 @@ import (
 const maxOnceRounds = 1_000_000
 
 func runRelay(ctx context.Context, e *Env, args []string) error {
-	fs := newFlags(e, "relay", "relay [--sink kafka] --brokers HOST:PORT[,HOST:PORT…] [--once] [flags]\n       inbox relay --sink nats [--nats-url nats://HOST:PORT] | --sink rabbitmq [--amqp-url amqp://…] [--exchange NAME]")
+	fs := command.NewFlags(e, "relay", "relay [--sink kafka] --brokers HOST:PORT[,HOST:PORT…] [--once] [flags]\n       inbox relay --sink nats [--nats-url nats://HOST:PORT] | --sink rabbitmq [--amqp-url amqp://…] [--exchange NAME]")
 	var sf storeFlags
 	outboxFlags(fs, &sf)
 	sinkName := fs.String("sink", "kafka", "the broker to publish to: kafka, nats (JetStream) or rabbitmq")
@@ -37,30 +39,41 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 	poll := fs.Duration("poll", outbox.DefaultPollInterval, "how long to wait when there is nothing to publish")
 	maxRejections := fs.Int("max-rejections", outbox.DefaultMaxRejections, "broker rejections before an event is parked")
 	keep := fs.Bool("keep-published", false, "keep published events, marked, instead of deleting them")
-	once := fs.Bool("once", false, "publish what is ready, then exit")
+	once := fs.Bool("once", false, "publish what is ready, then exit: 0 when the outbox is left empty")
+	connectTimeout := fs.Duration("connect-timeout", defaultConnectTimeout, "with --once and --sink kafka: how long to wait for brokers that do not answer")
 	verbose := fs.Bool("v", false, "log every batch")
-	if err := parseFlags(fs, args, 0); err != nil {
+	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
 	if *batch <= 0 || *maxRejections <= 0 {
-		return usagef("--batch and --max-rejections must be positive")
+		return command.Usagef("--batch and --max-rejections must be positive")
 	}
 	if *brokers != "" && *sinkName != "kafka" {
-		return usagef("--brokers is for --sink kafka, not %s", *sinkName)
+		return command.Usagef("--brokers is for --sink kafka, not %s", *sinkName)
 	}
 	var sink outbox.Sink
 	var where string
 	switch *sinkName {
 	case "kafka":
 		if *brokers == "" {
-			return usagef("--brokers: want the Kafka brokers to publish to, such as localhost:9092")
+			return command.Usagef("--brokers: want the Kafka brokers to publish to, such as localhost:9092")
 		}
 		cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(*brokers, ",")...))
 		if err != nil {
-			return usagef("--brokers: %v", err)
+			return command.Usagef("--brokers: %v", err)
 		}
 		defer cl.Close()
 		sink, where = inboxkafka.NewOutboxSink(cl), "Kafka at "+*brokers
+		if *once {
+			// A run that must end says at once that the brokers do not
+			// answer, rather than wait out each publish's retries.
+			pctx, cancel := context.WithTimeout(ctx, *connectTimeout)
+			err := cl.Ping(pctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("cannot reach %s within %s: %w", where, *connectTimeout, err)
+			}
+		}
 	case "nats":
 		nc, err := nats.Connect(*natsURL, nats.MaxReconnects(-1))
 		if err != nil {
@@ -74,7 +87,7 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 		sink, where = inboxnats.NewOutboxSink(js), "NATS JetStream at "+*natsURL
 	case "rabbitmq":
 		if _, err := amqp.ParseURI(*amqpURL); err != nil {
-			return usagef("--amqp-url: %v", err)
+			return command.Usagef("--amqp-url: %v", err)
 		}
 		rs := &rabbitSink{url: *amqpURL, cfg: &inboxrabbit.OutboxSinkConfig{Exchange: *exchange}}
 		defer rs.close()
@@ -83,7 +96,7 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 		}
 		sink, where = rs, "RabbitMQ"
 	default:
-		return usagef("--sink %q: want kafka, nats or rabbitmq", *sinkName)
+		return command.Usagef("--sink %q: want kafka, nats or rabbitmq", *sinkName)
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -96,35 +109,63 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 			KeepPublished: *keep, Logger: logger,
 		})
 		if err != nil {
-			return usagef("%v", err)
+			return command.Usagef("%v", err)
 		}
 		if !*once {
 			fmt.Fprintf(e.Stderr, "relaying the outbox to %s; stop with Ctrl-C\n", where)
 			return r.Run(ctx)
 		}
-		var total outbox.Result
 		start := time.Now()
-		for range maxOnceRounds {
-			res, err := r.RelayOnce(ctx)
-			total.Claimed += res.Claimed
-			total.Published += res.Published
-			total.Rejected += res.Rejected
-			total.Parked += res.Parked
-			total.Unavailable += res.Unavailable
-			if err != nil {
-				return err
-			}
-			if res.Unavailable > 0 {
-				return fmt.Errorf("the broker is unavailable after %d events were published: %w", total.Published, res.UnavailableErr)
-			}
-			if res.Claimed == 0 || ctx.Err() != nil {
-				break
-			}
+		total, err := relayOnce(ctx, r)
+		if err != nil {
+			return err
 		}
-		fmt.Fprintf(e.Stdout, "published %d events in %s; %d rejected, %d parked\n", total.Published,
+		fmt.Fprintf(e.Stdout, "published %s in %s; %d rejected, %d parked\n", command.Count(total.Published, "event", "events"),
 			time.Since(start).Round(time.Millisecond), total.Rejected, total.Parked)
+		// --once promises that nothing is left to publish: events the
+		// broker rejected wait for their backoff. Parked events wait for an
+		// operator, not a relay: they are counted, and do not fail it.
+		st, err := inbox.ReadOutboxStats(ctx, a, time.Now())
+		if err != nil {
+			return err
+		}
+		if st.Parked > 0 {
+			fmt.Fprintf(e.Stdout, "%s parked, waiting for an operator: see 'inbox outbox list'\n", command.Count(st.Parked, "event is", "events are"))
+		}
+		if st.Pending > 0 {
+			return fmt.Errorf("%s still pending (%d rejected by %s in this run, to be tried again after their backoff): see 'inbox outbox list'",
+				command.Count(st.Pending, "event is", "events are"), total.Rejected, where)
+		}
 		return nil
 	})
+}
+
+// defaultConnectTimeout bounds how long 'relay --once' waits for Kafka
+// brokers that do not answer.
+const defaultConnectTimeout = 10 * time.Second
+
+// relayOnce relays until nothing is ready, the broker is unavailable, or
+// ctx ends.
+func relayOnce(ctx context.Context, r *outbox.Relay) (outbox.Result, error) {
+	var total outbox.Result
+	for range maxOnceRounds {
+		res, err := r.RelayOnce(ctx)
+		total.Claimed += res.Claimed
+		total.Published += res.Published
+		total.Rejected += res.Rejected
+		total.Parked += res.Parked
+		total.Unavailable += res.Unavailable
+		if err != nil {
+			return total, err
+		}
+		if res.Unavailable > 0 {
+			return total, fmt.Errorf("the broker is unavailable after %s were published: %w", command.Count(total.Published, "event", "events"), res.UnavailableErr)
+		}
+		if res.Claimed == 0 || ctx.Err() != nil {
+			break
+		}
+	}
+	return total, ctx.Err()
 }
 
 // rabbitSink is an inboxrabbit.OutboxSink that dials again, on the next

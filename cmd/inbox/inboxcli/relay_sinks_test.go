@@ -3,6 +3,7 @@ package inboxcli_test
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,13 +105,35 @@ func TestRelaySinkRabbitMQ(t *testing.T) {
 	requireOneLine(t, errOut)
 }
 
-// 'inbox chaos --outbox' is chaos-outbox: its flags, its errors.
-func TestChaosOutboxFlag(t *testing.T) {
+// 'relay --once' exits 0 only when it leaves nothing to publish: events the
+// broker rejected (a queue that does not exist) are still pending, and the
+// command says so with exit 1.
+func TestRelayOnceRejectedIsNotDone(t *testing.T) {
 	t.Parallel()
-	code, _, errOut := run(t, nil, "chaos", "--outbox", "--duration", "soon")
-	require.Equal(t, 2, code)
+	url := envOr("TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/")
+	conn, err := amqp.Dial(url)
+	testdb.Require(t, "RabbitMQ", err)
+	conn.Close()
+
+	// The default exchange routes by queue name: no such queue, and the
+	// mandatory publish comes back.
+	_, env, with := relayFixture(t, "inboxrelay.missing."+testdb.RandomSuffix(), 2)
+	code, out, errOut := run(t, env, with("relay", "--sink", "rabbitmq", "--amqp-url", url, "--once")...)
+	require.Equal(t, 1, code, "out: %s err: %s", out, errOut)
+	require.Contains(t, out, "published 0 events")
+	// The relay logs each rejection; the last line is the verdict.
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	require.Contains(t, lines[len(lines)-1], "inbox relay: 2 events are still pending (2 rejected by RabbitMQ")
+}
+
+// 'relay --once' to Kafka brokers that do not answer says so within
+// --connect-timeout, instead of waiting out each publish's retries.
+func TestRelayOnceUnreachableKafka(t *testing.T) {
+	t.Parallel()
+	_, env, with := relayFixture(t, "orders", 1)
+	code, out, errOut := run(t, env, with("relay", "--brokers", "127.0.0.1:1", "--once", "--connect-timeout", "500ms")...)
+	require.Equal(t, 1, code, errOut)
+	require.Empty(t, out)
 	requireOneLine(t, errOut)
-	code, _, errOut = run(t, nil, "chaos", "--outbox", "--transport", "nats")
-	require.Equal(t, 2, code, "chaos --outbox has no --transport")
-	requireOneLine(t, errOut)
+	require.Contains(t, errOut, "cannot reach Kafka at 127.0.0.1:1 within 500ms")
 }

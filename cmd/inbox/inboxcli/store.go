@@ -11,14 +11,17 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxsql/inboxmysql"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
+	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/pgexec"
 )
 
 // storeFlags are the flags that say which store and tables a command uses.
@@ -31,17 +34,19 @@ type storeFlags struct {
 	partitions inboxdriver.PartitionConfig
 }
 
-func (f *storeFlags) register(fs *flagSet) {
+func (f *storeFlags) register(fs *command.FlagSet) {
 	fs.StringVar(&f.databaseURL, "database-url", "", "the database: postgres://…, mysql://user:password@host:port/database, sqlite:PATH or file:PATH; defaults to $DATABASE_URL, then the PG* variables")
 	fs.StringVar(&f.tables.Schema, "schema", "", "the schema (the database, on MySQL) that holds the inbox tables (default: the search_path, or the URL's database)")
 	fs.StringVar(&f.tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
-	fs.StringVar(&f.idType, "id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
+	fs.StringVar(&f.idType, "id-type", "", "the type of the message_id column: uuid or text (default: the column's type in the database; uuid for tables not made yet)")
 	fs.StringVar(&f.effectsDB, "effects-db", "", "SQLite only: the file of the effects ledger, when it is kept apart from the inbox (inboxsql.Config.EffectsDB)")
 }
 
 // store is an open store.
 type store struct {
 	admin inboxdriver.Admin
+	// catalog reads the database's catalog: admin's.
+	catalog inboxdriver.Catalog
 	// ledger is the separate store of the effects ledger, if any: it is
 	// migrated too.
 	ledger inboxdriver.Admin
@@ -54,21 +59,25 @@ type store struct {
 
 // explain turns an error of a command that needs the inbox tables into one
 // that says what to do, when the tables (or a column of a later migration)
-// are missing: the database is named, and 'inbox migrate up' suggested.
-// Other errors are returned as they are.
-func (s *store) explain(err error) error {
-	if err == nil {
-		return nil
-	}
-	what, ok := missingTable(err)
-	if !ok {
+// are missing: the database is named, and 'inbox migrate up' suggested;
+// or, when the version table records the migrations that made them, that
+// these table names were never migrated there. Other errors are returned as
+// they are.
+func (s *store) explain(ctx context.Context, err error) error {
+	if err == nil || !s.notMigrated(err) {
 		return err
 	}
 	in := "the database at " + s.where
 	if s.schema != "" {
 		in = fmt.Sprintf("schema %q of %s", s.schema, in)
 	}
-	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, what), err: err}
+	if m, merr := inboxmigrate.New(s.admin); merr == nil {
+		if missing, merr := m.Missing(ctx); merr == nil && len(missing) > 0 {
+			return &missingTablesError{msg: fmt.Sprintf("%s has the inbox migrations, but not table %s: those were made under other names; migrate these names in a schema of their own (--schema)",
+				in, strings.Join(missing, ", ")), err: err}
+		}
+	}
+	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.OneLine(cause(err).Error())), err: err}
 }
 
 // missingTablesError is an error that store.explain rewrote. It keeps the
@@ -81,39 +90,80 @@ type missingTablesError struct {
 func (e *missingTablesError) Error() string { return e.msg }
 func (e *missingTablesError) Unwrap() error { return e.err }
 
-// missingTable reports whether err says that a table or a column does not
-// exist, and returns the server's words for it.
-func missingTable(err error) (string, bool) {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		// undefined_table, undefined_column, invalid_schema_name
-		return pgErr.Message, pgErr.Code == "42P01" || pgErr.Code == "42703" || pgErr.Code == "3F000"
-	}
-	var myErr *mysql.MySQLError
-	if errors.As(err, &myErr) {
-		// ER_NO_SUCH_TABLE, ER_BAD_FIELD_ERROR
-		return myErr.Message, myErr.Number == 1146 || myErr.Number == 1054
-	}
-	// SQLite reports both with its generic result code, SQLITE_ERROR, in
-	// a message such as "SQL logic error: no such table: inbox (1)".
-	msg := err.Error()
-	for _, m := range []string{"no such table", "no such column"} {
-		if i := strings.Index(msg, m); i >= 0 {
-			return strings.TrimSuffix(msg[i:], " (1)"), true
-		}
-	}
-	return "", false
+// notMigrated reports whether err, which is not nil, says that a table or
+// a column the store needs is missing: the store's Classify says so, for
+// its own errors and for the root package's, which carry its class as
+// inbox.ErrNotMigrated.
+func (s *store) notMigrated(err error) bool {
+	return errors.Is(err, inbox.ErrNotMigrated) || s.admin.Classify(err) == inboxdriver.ClassNotMigrated
 }
 
-// checkIDType validates --id-type and sets the tables' id type from it.
+// cause is the innermost error that err wraps: the server's own words.
+func cause(err error) error {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+}
+
+// checkIDType validates --id-type and sets the tables' id type from it:
+// uuid when it is not given, until settle reads the column's.
 func (f *storeFlags) checkIDType() error {
 	switch f.idType {
+	case "":
+		f.tables.IDType = inboxdriver.IDTypeUUID
 	case string(inboxdriver.IDTypeUUID), string(inboxdriver.IDTypeText):
 		f.tables.IDType = inboxdriver.IDType(f.idType)
-		return nil
 	default:
-		return usagef("--id-type %q: want uuid or text", f.idType)
+		return command.Usagef("--id-type %q: want uuid or text", f.idType)
 	}
+	return nil
+}
+
+// settle reads from probe's catalog what the flags leave to the database,
+// a store's built with f.tables: the inbox's layout, read rather than
+// flagged so that no command runs the plain table's statements on a
+// partitioned one (a purge by ctid would delete the wrong rows), and the
+// type of its id column, which --id-type must match. It reports whether
+// f.tables changed, so that the caller builds the store again.
+func (f *storeFlags) settle(ctx context.Context, probe inboxdriver.Catalog) (changed bool, err error) {
+	if f.tables.Layout == "" {
+		layout, err := probe.InboxLayout(ctx)
+		if err != nil {
+			return false, fmt.Errorf("cannot read the inbox table's layout: %w", err)
+		}
+		if layout != inboxdriver.LayoutPlain {
+			f.tables.Layout, changed = layout, true
+		}
+	}
+	col, err := probe.InboxIDType(ctx)
+	switch {
+	case errors.Is(err, errors.ErrUnsupported), err == nil && col == "":
+		// No column to read: the flag's, or uuid.
+	case err != nil:
+		return false, fmt.Errorf("cannot read the type of the inbox's message_id column: %w", err)
+	case f.idType != "" && inboxdriver.IDType(f.idType) != col:
+		return false, command.Usagef("--id-type %s: the message_id column of table %s is %s", f.idType, f.tables.WithDefaults().Inbox, col)
+	case col != f.tables.IDType:
+		f.tables.IDType, changed = col, true
+	}
+	return changed, nil
+}
+
+// config returns base, or a zero config, with the id format of the
+// store's id column.
+func (s *store) config(base *inbox.Config) *inbox.Config {
+	var cfg inbox.Config
+	if base != nil {
+		cfg = *base
+	}
+	if s.admin.Tables().IDType == inboxdriver.IDTypeText {
+		cfg.IDFormat = inbox.IDFormatText
+	}
+	return &cfg
 }
 
 // open connects to the store the flags name and checks that it answers.
@@ -126,11 +176,19 @@ func (f *storeFlags) open(ctx context.Context, e *Env) (*store, error) {
 		return nil, err
 	}
 	if f.effectsDB != "" && !strings.HasPrefix(raw, "sqlite:") && !strings.HasPrefix(raw, "file:") {
-		return nil, usagef("--effects-db is for SQLite only: other stores keep the ledger beside the inbox")
+		return nil, command.Usagef("--effects-db is for SQLite only: other stores keep the ledger beside the inbox")
 	}
 	scheme := ""
 	if i := strings.Index(raw, ":"); i > 0 {
 		scheme = raw[:i]
+	}
+	// The names are checked before any database is reached.
+	dialect := map[string]inboxdriver.Dialect{"sqlite": inboxdriver.DialectSQLite, "file": inboxdriver.DialectSQLite, "mysql": inboxdriver.DialectMySQL}[scheme]
+	if dialect == "" {
+		dialect = inboxdriver.DialectPostgres
+	}
+	if err := f.tables.Validate(dialect); err != nil {
+		return nil, command.Usagef("%v", err)
 	}
 	var st *store
 	var err error
@@ -146,26 +204,32 @@ func (f *storeFlags) open(ctx context.Context, e *Env) (*store, error) {
 	case "mysql":
 		st, err = f.openMySQL(ctx, raw)
 	default:
-		return nil, usagef("--database-url: unsupported scheme %q: want postgres://, mysql://, sqlite: or file:", scheme)
+		return nil, command.Usagef("--database-url: unsupported scheme %q: want postgres://, mysql://, sqlite: or file:", scheme)
 	}
 	if err != nil {
 		return nil, err
 	}
 	st.schema = f.tables.Schema
+	cat, ok := st.admin.(inboxdriver.Catalog)
+	if !ok {
+		st.close()
+		return nil, fmt.Errorf("the store %T cannot read its catalog (inboxdriver.Catalog)", st.admin)
+	}
+	st.catalog = cat
 	return st, nil
 }
 
 // openSQLite opens a SQLite database file, creating it if need be.
 func (f *storeFlags) openSQLite(path string) (*store, error) {
 	if path == "" {
-		return nil, usagef("--database-url: want sqlite:PATH, with the path of the database file")
+		return nil, command.Usagef("--database-url: want sqlite:PATH, with the path of the database file")
 	}
 	db, err := inboxsqlite.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("cannot open the database at %s: %w", path, err)
 	}
 	if f.effectsDB == "" {
-		return f.sqlStore(db, inboxsqlite.Engine, path)
+		return f.sqlStore(context.Background(), db, inboxsqlite.Engine, path)
 	}
 	edb, err := inboxsqlite.Open(f.effectsDB)
 	if err != nil {
@@ -176,13 +240,13 @@ func (f *storeFlags) openSQLite(path string) (*store, error) {
 	if err != nil {
 		db.Close()
 		edb.Close()
-		return nil, usagef("%v", err)
+		return nil, command.Usagef("%v", err)
 	}
 	d, err := inboxsql.New(db, inboxsqlite.Engine, &inboxsql.Config{Tables: f.tables, EffectsDB: edb})
 	if err != nil {
 		db.Close()
 		edb.Close()
-		return nil, usagef("%v", err)
+		return nil, command.Usagef("%v", err)
 	}
 	return &store{
 		admin:  d,
@@ -197,11 +261,11 @@ func (f *storeFlags) openSQLite(path string) (*store, error) {
 func (f *storeFlags) openMySQL(ctx context.Context, raw string) (*store, error) {
 	dsn, where, err := mysqlDSN(raw)
 	if err != nil {
-		return nil, usagef("--database-url: %v", redactErr(err, raw))
+		return nil, command.Usagef("--database-url: %v", redactErr(err, raw))
 	}
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
-		return nil, usagef("--database-url: %v", redactErr(err, raw))
+		return nil, command.Usagef("--database-url: %v", redactErr(err, raw))
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -214,7 +278,7 @@ func (f *storeFlags) openMySQL(ctx context.Context, raw string) (*store, error) 
 	if strings.Contains(strings.ToLower(version), "mariadb") {
 		engine = inboxmysql.MariaDB
 	}
-	return f.sqlStore(db, engine, where)
+	return f.sqlStore(pctx, db, engine, where)
 }
 
 // mysqlDSN converts a mysql://user:password@host:port/database?param=value
@@ -255,11 +319,22 @@ func mysqlDSN(raw string) (dsn, where string, err error) {
 }
 
 // sqlStore wraps an open *sql.DB.
-func (f *storeFlags) sqlStore(db *sql.DB, engine inboxsql.Engine, where string) (*store, error) {
+func (f *storeFlags) sqlStore(ctx context.Context, db *sql.DB, engine inboxsql.Engine, where string) (*store, error) {
 	d, err := inboxsql.New(db, engine, &inboxsql.Config{Tables: f.tables})
 	if err != nil {
 		db.Close()
-		return nil, usagef("%v", err)
+		return nil, command.Usagef("%v", err)
+	}
+	changed, err := f.settle(ctx, d)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	if changed {
+		if d, err = inboxsql.New(db, engine, &inboxsql.Config{Tables: f.tables}); err != nil {
+			db.Close()
+			return nil, command.Usagef("%v", err)
+		}
 	}
 	return &store{
 		admin: d,
@@ -270,9 +345,10 @@ func (f *storeFlags) sqlStore(db *sql.DB, engine inboxsql.Engine, where string) 
 
 func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, error) {
 	// An empty string makes pgx read the PG* variables, as libpq does.
-	cfg, err := pgxpool.ParseConfig(raw)
+	// A pooler-safe exec mode unless the URL names one (see pgexec).
+	cfg, err := pgxpool.ParseConfig(pgexec.WithPoolerSafe(raw))
 	if err != nil {
-		return nil, usagef("--database-url: %v", redactErr(err, raw))
+		return nil, command.Usagef("--database-url: %v", redactErr(err, raw))
 	}
 	database := cfg.ConnConfig.Database
 	if database == "" {
@@ -294,16 +370,21 @@ func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, erro
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
 	}
-	if f.tables.Layout == "" {
-		if f.tables.Layout, err = detectLayout(pctx, pool, f.tables); err != nil {
-			pool.Close()
-			return nil, fmt.Errorf("cannot read the inbox table's layout at %s: %w", where, err)
-		}
-	}
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: f.tables, Partitions: f.partitions})
 	if err != nil {
 		pool.Close()
-		return nil, usagef("%v", err)
+		return nil, command.Usagef("%v", err)
+	}
+	changed, err := f.settle(pctx, d)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if changed {
+		if d, err = inboxpgx.New(pool, &inboxpgx.Config{Tables: f.tables, Partitions: f.partitions}); err != nil {
+			pool.Close()
+			return nil, command.Usagef("%v", err)
+		}
 	}
 	return &store{
 		admin: d,

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/txinbox/inbox/internal/require"
+)
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ms := func(xs ...int) []time.Duration {
+		out := make([]time.Duration, len(xs))
+		for i, x := range xs {
+			out[i] = time.Duration(x) * time.Millisecond
+		}
+		return out
+	}
+	hundred := make([]int, 100)
+	for i := range hundred {
+		hundred[i] = 100 - i // reversed: percentile sorts
+	}
+	for _, tc := range []struct {
+		name string
+		lat  []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{"empty", nil, 0.5, 0},
+		{"one", ms(7), 0.99, 7 * time.Millisecond},
+		{"median of odd", ms(3, 1, 2), 0.5, 2 * time.Millisecond},
+		{"median of even is the lower", ms(4, 1, 3, 2), 0.5, 2 * time.Millisecond},
+		{"p99 of 100", ms(hundred...), 0.99, 99 * time.Millisecond},
+		{"p50 of 100", ms(hundred...), 0.50, 50 * time.Millisecond},
+		{"p100", ms(5, 9, 1), 1, 9 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, percentile(tc.lat, tc.q))
+		})
+	}
+}
+
+func TestMedian(t *testing.T) {
+	t.Parallel()
+	require.Zero(t, median(nil))
+	require.Equal(t, 2.0, median([]float64{3, 1, 2}))
+	require.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+	xs := []float64{3, 1, 2}
+	median(xs)
+	require.Equal(t, []float64{3, 1, 2}, xs, "median must not reorder its input")
+}
+
+func TestWorkerPartition(t *testing.T) {
+	t.Parallel()
+	// Worker i of n sees only the accounts ≡ i mod n, all of them in range,
+	// and its payload carries the same account and amount.
+	b := &bench{cfg: Config{Accounts: 10}}
+	for n := 1; n <= 4; n++ {
+		for i := range n {
+			w := newWorker(1, i)
+			w.part, w.parts = i, n
+			for range 200 {
+				e := w.next(b, 1)[0]
+				require.GreaterOrEqual(t, e.account, int32(1))
+				require.LessOrEqual(t, e.account, int32(10))
+				require.Equal(t, i, int(e.account-1)%n, "worker %d of %d got account %d", i, n, e.account)
+				account, amount, err := decodeEffect(e.msg.Payload)
+				require.NoError(t, err)
+				require.Equal(t, e.account, account)
+				require.Equal(t, e.amount, amount)
+				require.Positive(t, amount)
+			}
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for name, mutate := range map[string]func(c *Config){
+		"Accounts":  func(c *Config) { c.Accounts = 0 },
+		"Workers":   func(c *Config) { c.Workers = nil },
+		"Duration":  func(c *Config) { c.Duration = 0 },
+		"Rounds":    func(c *Config) { c.Rounds = 0 },
+		"PurgeRows": func(c *Config) { c.PurgeRows = -1 },
+		"IDRows":    func(c *Config) { c.IDRows = -1 },
+		"Rows":      func(c *Config) { c.Rows = []string{"nope"} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := Quick()
+			mutate(&c)
+			err := c.validate()
+			var ce *ConfigError
+			require.ErrorAs(t, err, &ce)
+			require.Contains(t, err.Error(), "Config."+name)
+		})
+	}
+	c := Quick()
+	require.NoError(t, c.validate())
+	c = Full()
+	require.NoError(t, c.validate())
+}
+
+func TestRateRatio(t *testing.T) {
+	t.Parallel()
+	// Round by round: the machine ran at half speed in round 2, for both.
+	x := &Result{MsgsPerS: 90, RoundRates: []float64{100, 50, 90}}
+	y := &Result{MsgsPerS: 100, RoundRates: []float64{100, 100, 100}}
+	require.Equal(t, 0.9, rateRatio(x, y))
+	y.RoundRates = []float64{110, 50, 100}
+	require.Equal(t, 100.0/110, rateRatio(x, y), "the median of 0.91, 1 and 0.9")
+	// Without rates per round, or with rounds that differ in number: the
+	// ratio of the medians.
+	require.Equal(t, 0.9, rateRatio(&Result{MsgsPerS: 9}, &Result{MsgsPerS: 10}))
+	require.Equal(t, 0.5, rateRatio(&Result{MsgsPerS: 5, RoundRates: []float64{1}}, &Result{MsgsPerS: 10, RoundRates: []float64{1, 2}}))
+}
+
+func TestGroupCells(t *testing.T) {
+	t.Parallel()
+	var cells []*cell
+	for _, name := range []string{"bare", "inbox-sqlite", "inbox", "kafka-bare-ack", "kafka-inbox-batch-100", "watermill-sql-exactly-once"} {
+		for _, w := range []int{1, 8} {
+			cells = append(cells, &cell{row: &row{name: name}, workers: w})
+		}
+	}
+	var got [][]string
+	for _, u := range groupCells(cells) {
+		var names []string
+		for _, c := range u {
+			names = append(names, c.row.name+"@"+strconv.Itoa(c.workers))
+		}
+		got = append(got, names)
+	}
+	require.Equal(t, [][]string{
+		{"bare@1", "inbox@1"}, {"bare@8", "inbox@8"},
+		{"inbox-sqlite@1"}, {"inbox-sqlite@8"},
+		{"kafka-bare-ack@1", "kafka-inbox-batch-100@1", "watermill-sql-exactly-once@1"},
+		{"kafka-bare-ack@8", "kafka-inbox-batch-100@8", "watermill-sql-exactly-once@8"},
+	}, got)
+}
+
+// TestRatioGroupsNameRows keeps ratioGroups in step with the rows: a
+// renamed row would otherwise drop out of its group unnoticed.
+func TestRatioGroupsNameRows(t *testing.T) {
+	t.Parallel()
+	for _, g := range ratioGroups {
+		for _, name := range g {
+			if findRow(name) == nil {
+				t.Errorf("ratioGroups names %q, which is no row", name)
+			}
+		}
+	}
+}
+
+func TestPhases(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, r := range rows {
+		names = append(names, r.name)
+	}
+	var got []string
+	for _, ph := range phases(rows) {
+		var rs []string
+		for _, r := range ph.rows {
+			rs = append(rs, r.name)
+		}
+		got = append(got, "["+resourceNames(ph.background)+"] "+strings.Join(rs, " "))
+	}
+	// The rows that need no background resource first, bare and what is
+	// compared with it among them; kafka with watermill-sql, whose ratio
+	// compares them; each broker with its pair.
+	require.Len(t, got, 4)
+	require.Contains(t, got[0], "[] bare check-then-insert redis-setnx inbox inbox-handler")
+	require.Contains(t, got[0], "outbox-enqueue-1")
+	require.Contains(t, got[0], "watermill-middleware")
+	require.Equal(t, "[kafka, watermill-sql] kafka-bare-ack kafka-inbox-batch-100 watermill-sql-exactly-once", got[1])
+	require.Equal(t, "[nats] nats-bare-ack nats-inbox-batch-100", got[2])
+	require.Equal(t, "[rabbitmq] rabbitmq-bare-ack rabbitmq-inbox-batch-100", got[3])
+	for _, r := range rows {
+		for _, res := range r.needs {
+			if res.background {
+				require.NotContains(t, got[0], " "+r.name+" ", "a row that needs %s runs without it open", res.name)
+			}
+		}
+	}
+}
+
+// The adapter's target divides a broker's inbox row by the slower of its
+// bare loop and the store's batch claim, each ratio taken round by round.
+func TestBrokerTarget(t *testing.T) {
+	t.Parallel()
+	res := func(name string, rates ...float64) Result {
+		return Result{Name: name, Workers: 1, MsgsPerS: median(rates), RoundRates: rates}
+	}
+	rep := &Report{Results: []Result{
+		res("inbox-batch-100", 100, 200, 100),
+		res("nats-bare-ack", 400, 400, 400),
+		res("nats-inbox-batch-100", 90, 160, 80),
+		res("rabbitmq-bare-ack", 50, 50, 50),
+		res("rabbitmq-inbox-batch-100", 30, 40, 35),
+	}}
+	got := map[string]Ratio{}
+	for _, r := range rep.Ratios() {
+		got[r.Name] = r
+	}
+	nats := got["nats-inbox-batch-100 ÷ min(nats-bare-ack, inbox-batch-100), msgs/s at 1 worker (≥ 0.8)"]
+	require.Equal(t, 0.8, nats.Value, "the store's claim is the slower: 0.9, 0.8, 0.8")
+	require.True(t, nats.Met)
+	rabbit := got["rabbitmq-inbox-batch-100 ÷ min(rabbitmq-bare-ack, inbox-batch-100), msgs/s at 1 worker (≥ 0.8)"]
+	require.Equal(t, 0.7, rabbit.Value, "the bare loop is the slower: 0.6, 0.8, 0.7")
+	require.False(t, rabbit.Met)
+	_, ok := got["kafka-inbox-batch-100 ÷ min(kafka-bare-ack, inbox-batch-100), msgs/s at 1 worker (≥ 0.8)"]
+	require.False(t, ok, "no kafka rows, no kafka target")
+}
