@@ -1,6 +1,7 @@
 package inboxadmin
 
 import (
+	"bytes"
 	"context"
 	"embed"
 	"encoding/json"
@@ -11,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -95,6 +97,19 @@ type Config struct {
 	// Now returns the current time, for ages, coverage and headroom.
 	// Defaults to time.Now.
 	Now func() time.Time
+
+	// AllowedHosts are the hosts the page answers for, besides the loopback
+	// names and addresses (localhost, 127.0.0.0/8, ::1), which it always
+	// answers. A request that names another in its Host header is refused
+	// with 421 Misdirected Request, reads included: a site the operator
+	// visits could otherwise point a name of its own at this machine (DNS
+	// rebinding) and read or change the page from its own origin. List the
+	// names and addresses the page is reached by, such as
+	// "admin.example.com" or "10.0.0.5"; an entry matches any port, unless
+	// it names one ("10.0.0.5:8080"). "*" answers every host: only behind
+	// a reverse proxy that checks the Host itself. Defaults to nil: the
+	// loopback names and addresses only.
+	AllowedHosts []string
 }
 
 //go:embed templates/*.html static/*
@@ -105,6 +120,7 @@ type Handler struct {
 	store Store
 	cfg   Config
 	base  string // Prefix without a trailing slash
+	hosts hosts
 	pages map[string]*template.Template
 	log   *slog.Logger
 	root  http.Handler
@@ -154,6 +170,11 @@ func NewHandler(s Store, cfg *Config) (*Handler, error) {
 		return nil, fmt.Errorf("inboxadmin: Config.Prefix %q: want a plain path", h.cfg.Prefix)
 	}
 	h.base = p
+	hs, err := newHosts(h.cfg.AllowedHosts)
+	if err != nil {
+		return nil, err
+	}
+	h.hosts = hs
 	if err := h.parse(); err != nil {
 		return nil, err
 	}
@@ -166,6 +187,7 @@ func NewHandler(s Store, cfg *Config) (*Handler, error) {
 	mux.HandleFunc("GET /deadletters/{id}", h.deadLetter)
 	mux.HandleFunc("GET /deadletters/{id}/replay", h.replayConfirm)
 	mux.HandleFunc("POST /deadletters/{id}/replay", h.replay)
+	mux.HandleFunc("GET /deadletters/{id}/delete", h.deleteConfirm)
 	mux.HandleFunc("POST /deadletters/{id}/delete", h.deleteDeadLetter)
 	mux.HandleFunc("GET /effects", h.effects)
 	mux.HandleFunc("GET /effects/resolve", h.resolveConfirm)
@@ -203,6 +225,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Referrer-Policy", "no-referrer")
 	hd.Set("Cache-Control", "no-store")
+	if !h.checkHost(w, r) {
+		return
+	}
 	if h.base != "" && r.URL.Path == h.base {
 		http.Redirect(w, r, h.base+"/", http.StatusMovedPermanently)
 		return
@@ -269,7 +294,24 @@ func (h *Handler) parse() error {
 		"when":     func(t time.Time) string { return when(t) },
 		"negative": func(s float64) bool { return s < 0 },
 		"bytes":    fmtBytes,
-		"withBase": func(base string, v any) map[string]any { return map[string]any{"Base": base, "E": v} },
+		"plural":   plural,
+		"link":     link,
+		"query":    query,
+		"ids":      joinIDs,
+		"dict": func(kv ...any) (map[string]any, error) {
+			m := map[string]any{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				k, ok := kv[i].(string)
+				if !ok {
+					return nil, fmt.Errorf("dict: key %v is not a string", kv[i])
+				}
+				m[k] = kv[i+1]
+			}
+			if len(kv)%2 != 0 {
+				return nil, errors.New("dict: want key-value pairs")
+			}
+			return m, nil
+		},
 	}
 	entries, err := fs.Glob(assets, "templates/*.html")
 	if err != nil {
@@ -325,15 +367,21 @@ func (h *Handler) html(w http.ResponseWriter, r *http.Request, status int, name 
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	fmt.Fprint(w, b.String())
+	fmt.Fprint(w, visible(b.String()))
 }
 
+// writeJSON answers v as JSON, with every control character escaped.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, "inboxadmin: could not encode the answer", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+	_, _ = w.Write(escapeJSON(b.Bytes()))
 }
 
 // errorJSON is the JSON answer of a refused or failed request.
@@ -372,37 +420,38 @@ func (h *Handler) storeErr(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // done answers a write that succeeded: JSON, or a redirect (303) to the
-// page to show next, with a flash code.
-func (h *Handler) done(w http.ResponseWriter, r *http.Request, to string, result any, flash url.Values) {
+// page to show next, to (a path under the prefix, with the view it returns
+// to and its flash code).
+func (h *Handler) done(w http.ResponseWriter, r *http.Request, to string, result any) {
 	if wantJSON(r) {
 		writeJSON(w, http.StatusOK, result)
 		return
 	}
-	loc := h.base + to
-	if len(flash) > 0 {
-		sep := "?"
-		if strings.Contains(loc, "?") {
-			sep = "&"
-		}
-		loc += sep + flash.Encode()
-	}
-	http.Redirect(w, r, loc, http.StatusSeeOther)
+	http.Redirect(w, r, h.base+to, http.StatusSeeOther)
 }
 
 // flash turns a redirect's codes into the message shown above a page.
-// The codes are fixed, so a crafted link cannot put words on the page.
+// The codes are fixed, and the counts numbers, so a crafted link cannot put
+// words on the page.
 func flash(q url.Values) string {
-	n := q.Get("n")
-	if n != "" && strings.Trim(n, "0123456789") != "" {
-		n = ""
+	count := func(k string) int64 {
+		n, err := strconv.ParseInt(q.Get(k), 10, 64)
+		if err != nil || n < 0 {
+			return 0
+		}
+		return n
 	}
 	switch q.Get("done") {
 	case "marked":
-		return "Marked for replay. The application's next ReplayDeadLetters for this consumer processes it with the handler, exactly once."
+		return "Marked for replay. The application's next Client.ProcessReplays for this consumer processes it with the handler, exactly once."
 	case "already-marked":
 		return "It was already marked for replay."
 	case "bulk-marked":
-		return n + " dead letters marked for replay. The application's next ReplayDeadLetters replays them."
+		s := plural(count("n"), "dead letter", "dead letters") + " marked for replay. The application's next Client.ProcessReplays for their consumer replays them."
+		if g := count("gone"); g > 0 {
+			s += " " + plural(g, "dead letter", "dead letters") + " of those listed had been replayed, deleted or changed since, and were not marked."
+		}
+		return s
 	case "deleted":
 		return "Dead letter deleted."
 	case "resolved":

@@ -147,7 +147,7 @@ func TestPages(t *testing.T) {
 			// With ShowPayloads the payload shows.
 			hp := f.handler(&inboxadmin.Config{ShowPayloads: true})
 			rec := httptest.NewRecorder()
-			hp.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, fmt.Sprintf("/deadletters/%d?format=json", dl.ID), nil))
+			hp.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://localhost/deadletters/%d?format=json", dl.ID), nil))
 			require.Equal(t, http.StatusOK, rec.Code)
 			var shown inboxadmin.DeadLetterJSON
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &shown))
@@ -227,10 +227,17 @@ func TestWrites(t *testing.T) {
 			conf := getJSON[inboxadmin.BulkReplayJSON](t, srv.URL+"/deadletters/bulk-replay?consumer=billing")
 			require.Equal(t, 3, conf.Count)
 			require.Equal(t, s.noIDCount, conf.Skipped)
-			resp, body = post(t, srv.URL+"/deadletters/bulk-replay", url.Values{"consumer": {"billing"}, "confirm": {"2"}}, nil)
+			require.Len(t, conf.IDs, 3)
+			ids := make([]string, len(conf.IDs))
+			for i, id := range conf.IDs {
+				ids[i] = fmt.Sprint(id)
+			}
+			bulk := url.Values{"consumer": {"billing"}, "ids": {strings.Join(ids, ",")}, "confirm": {"2"}}
+			resp, body = post(t, srv.URL+"/deadletters/bulk-replay", bulk, nil)
 			require.Equal(t, http.StatusConflict, resp.StatusCode)
-			require.Contains(t, body, "3 dead letters match")
-			resp, _ = post(t, srv.URL+"/deadletters/bulk-replay", url.Values{"consumer": {"billing"}, "confirm": {"3"}}, nil)
+			require.Contains(t, body, "the confirmation listed 3 dead letters")
+			bulk.Set("confirm", "3")
+			resp, _ = post(t, srv.URL+"/deadletters/bulk-replay", bulk, nil)
 			require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 			require.Contains(t, resp.Header.Get("Location"), "n=3")
 			res, err = f.replay(ctx, "billing")
@@ -246,7 +253,7 @@ func TestWrites(t *testing.T) {
 			require.Len(t, getJSON[inboxadmin.DeadLettersJSON](t, srv.URL+"/deadletters").DeadLetters, 0)
 
 			// Resolve the stuck effect: the step's name typed back.
-			form := url.Values{"consumer": {"shipping"}, "message_id": {s.stuckID}, "step": {"label"}, "state": {"failed"}, "confirm": {"lable"}}
+			form := url.Values{"consumer": {"shipping"}, "message_id": {s.stuckID}, "step": {"label"}, "state": {"failed"}, "confirm": {"lable"}, "attempts": {"1"}}
 			resp, _ = post(t, srv.URL+"/effects/resolve", form, nil)
 			require.Equal(t, http.StatusConflict, resp.StatusCode)
 			form.Set("confirm", "label")
@@ -312,10 +319,10 @@ func TestAuthorizeReads(t *testing.T) {
 		return nil
 	}})
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/?format=json", nil))
 	require.Equal(t, http.StatusForbidden, rec.Code)
 	require.Contains(t, rec.Body.String(), "sign in first")
-	req := httptest.NewRequest(http.MethodGet, "/?format=json", nil)
+	req := httptest.NewRequest(http.MethodGet, "http://localhost/?format=json", nil)
 	req.Header.Set("X-User", "ops")
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)

@@ -230,48 +230,6 @@ func (h *Handler) payload(p []byte) (s string, b64, hidden bool) {
 	}
 }
 
-// dlFilter is the filter of the dead-letter list and of a bulk replay.
-type dlFilter struct {
-	Consumer string `json:"consumer,omitempty"`
-	Reason   string `json:"reason,omitempty"`
-	Query    string `json:"q,omitempty"`
-	Limit    int    `json:"limit"`
-}
-
-// Values is the filter as a query string's values.
-func (f dlFilter) Values() url.Values {
-	v := url.Values{}
-	for k, s := range map[string]string{"consumer": f.Consumer, "reason": f.Reason, "q": f.Query} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
-	return v
-}
-
-// Query is the filter as a query string.
-func (f dlFilter) Encode() string { return f.Values().Encode() }
-
-func readFilter(q url.Values) (dlFilter, error) {
-	f := dlFilter{Consumer: strings.TrimSpace(q.Get("consumer")), Reason: strings.TrimSpace(q.Get("reason")), Query: strings.TrimSpace(q.Get("q")), Limit: DefaultLimit}
-	if f.Consumer != "" {
-		if err := inbox.ValidateConsumer(f.Consumer); err != nil {
-			return f, err
-		}
-	}
-	if len(f.Reason) > 128 || len(f.Query) > 256 {
-		return f, errors.New("the reason or the search is too long")
-	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > MaxLimit {
-			return f, fmt.Errorf("limit %q: want a number from 1 to %d", s, MaxLimit)
-		}
-		f.Limit = n
-	}
-	return f, nil
-}
-
 // match lists the dead letters that f selects, at most limit.
 func (h *Handler) match(r *http.Request, f dlFilter, limit int) ([]*inboxtype.DeadLetter, bool, error) {
 	fetch := limit
@@ -285,10 +243,7 @@ func (h *Handler) match(r *http.Request, f dlFilter, limit int) ([]*inboxtype.De
 	more := len(ds) == fetch
 	var out []*inboxtype.DeadLetter
 	for _, d := range ds {
-		if f.Reason != "" && d.Reason != f.Reason {
-			continue
-		}
-		if f.Query != "" && !strings.Contains(d.MessageID, strings.ToLower(f.Query)) && !strings.Contains(d.DedupKey, f.Query) {
+		if !f.matches(d) {
 			continue
 		}
 		if len(out) == limit {
@@ -335,8 +290,23 @@ func pathID(r *http.Request) (int64, error) {
 	return id, nil
 }
 
-func (h *Handler) getDeadLetter(w http.ResponseWriter, r *http.Request) (*inboxtype.DeadLetter, bool) {
+// deadLetterPage is the page of one dead letter, and of its replay and
+// delete confirmations: the dead letter, and the list view it was opened
+// from. Its JSON is DeadLetterJSON.
+type deadLetterPage struct {
+	DeadLetterJSON
+	View dlFilter `json:"-"`
+}
+
+// getDeadLetter reads the dead letter of a page and the view it was opened
+// from.
+func (h *Handler) getDeadLetter(w http.ResponseWriter, r *http.Request) (*deadLetterPage, bool) {
 	id, err := pathID(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return nil, false
+	}
+	view, err := readFilter(r.URL.Query())
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return nil, false
@@ -346,20 +316,24 @@ func (h *Handler) getDeadLetter(w http.ResponseWriter, r *http.Request) (*inboxt
 		h.storeErr(w, r, err)
 		return nil, false
 	}
-	return d, true
+	return &deadLetterPage{DeadLetterJSON: h.deadLetterJSON(d), View: view}, true
 }
 
 func (h *Handler) deadLetter(w http.ResponseWriter, r *http.Request) {
-	if d, ok := h.getDeadLetter(w, r); ok {
-		j := h.deadLetterJSON(d)
-		h.render(w, r, "deadletter", fmt.Sprintf("Dead letter %d", d.ID), &j)
+	if p, ok := h.getDeadLetter(w, r); ok {
+		h.render(w, r, "deadletter", fmt.Sprintf("Dead letter %d", p.ID), p)
 	}
 }
 
 func (h *Handler) replayConfirm(w http.ResponseWriter, r *http.Request) {
-	if d, ok := h.getDeadLetter(w, r); ok {
-		j := h.deadLetterJSON(d)
-		h.render(w, r, "replay", fmt.Sprintf("Replay dead letter %d", d.ID), &j)
+	if p, ok := h.getDeadLetter(w, r); ok {
+		h.render(w, r, "replay", fmt.Sprintf("Replay dead letter %d", p.ID), p)
+	}
+}
+
+func (h *Handler) deleteConfirm(w http.ResponseWriter, r *http.Request) {
+	if p, ok := h.getDeadLetter(w, r); ok {
+		h.render(w, r, "delete", fmt.Sprintf("Delete dead letter %d", p.ID), p)
 	}
 }
 
@@ -369,15 +343,36 @@ type ReplayJSON struct {
 	Marked int64 `json:"marked"`
 	// AlreadyMarked is true when the dead letter was marked before.
 	AlreadyMarked bool `json:"already_marked,omitempty"`
+	// Gone counts, in a bulk replay, the dead letters its confirmation
+	// listed that were replayed, deleted or changed so that they no longer
+	// match its filter: they were not marked.
+	Gone int `json:"gone,omitempty"`
+}
+
+// dlWrite reads the dead letter a write names, and the view its form
+// carries, after authorizing action.
+func (h *Handler) dlWrite(w http.ResponseWriter, r *http.Request, a Action) (int64, dlFilter, bool) {
+	if !h.allow(w, r, a) {
+		return 0, dlFilter{}, false
+	}
+	id, err := pathID(r)
+	if err == nil {
+		err = r.ParseForm()
+	}
+	var view dlFilter
+	if err == nil {
+		view, err = readFilter(r.PostForm)
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return 0, dlFilter{}, false
+	}
+	return id, view, true
 }
 
 func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
-	if !h.allow(w, r, ActionDeadLetterReplay) {
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
+	id, view, ok := h.dlWrite(w, r, ActionDeadLetterReplay)
+	if !ok {
 		return
 	}
 	marked, err := h.store.MarkReplay(r.Context(), id)
@@ -391,16 +386,14 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	if marked {
 		res.Marked, code = 1, "marked"
 	}
-	h.done(w, r, fmt.Sprintf("/deadletters/%d", id), res, url.Values{"done": {code}})
+	back := view.Values()
+	back.Set("done", code)
+	h.done(w, r, link("", fmt.Sprintf("/deadletters/%d", id), back), res)
 }
 
 func (h *Handler) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
-	if !h.allow(w, r, ActionDeadLetterDelete) {
-		return
-	}
-	id, err := pathID(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
+	id, view, ok := h.dlWrite(w, r, ActionDeadLetterDelete)
+	if !ok {
 		return
 	}
 	if err := h.store.DeleteDeadLetter(r.Context(), id); err != nil {
@@ -408,15 +401,20 @@ func (h *Handler) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.InfoContext(r.Context(), "inboxadmin: dead letter deleted", "id", id)
-	h.done(w, r, "/deadletters", map[string]any{"id": id, "deleted": true}, url.Values{"done": {"deleted"}})
+	back := view.Values()
+	back.Set("done", "deleted")
+	h.done(w, r, link("", "/deadletters", back), map[string]any{"id": id, "deleted": true})
 }
 
 // BulkReplayJSON is the confirmation page of a bulk replay: Count dead
-// letters match the filter and can be replayed. A POST must send it back
-// as confirm.
+// letters match the filter and can be replayed, those of IDs. A POST must
+// send the filter, the IDs and, as confirm, their count: it marks those of
+// the IDs that still match the filter, and no other.
 type BulkReplayJSON struct {
 	Filter dlFilter `json:"filter"`
 	Count  int      `json:"count"`
+	// IDs are the dead letters a confirmation marks.
+	IDs []int64 `json:"ids"`
 	// Skipped counts the matching dead letters without a valid message
 	// id: no replay can apply them.
 	Skipped int `json:"skipped"`
@@ -425,39 +423,33 @@ type BulkReplayJSON struct {
 	Capped bool `json:"capped"`
 }
 
-// bulkMatch counts the dead letters a bulk replay with f marks.
-func (h *Handler) bulkMatch(r *http.Request, f dlFilter) ([]*inboxtype.DeadLetter, BulkReplayJSON, error) {
-	ds, more, err := h.match(r, f, MaxLimit)
-	if err != nil {
-		return nil, BulkReplayJSON{}, err
-	}
-	out := BulkReplayJSON{Filter: f, Capped: more}
-	var ok []*inboxtype.DeadLetter
-	for _, d := range ds {
-		if d.MessageID == "" {
-			out.Skipped++
-			continue
-		}
-		ok = append(ok, d)
-	}
-	out.Count = len(ok)
-	return ok, out, nil
-}
-
 func (h *Handler) bulkReplayConfirm(w http.ResponseWriter, r *http.Request) {
 	f, err := readFilter(r.URL.Query())
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	_, out, err := h.bulkMatch(r, f)
+	ds, more, err := h.match(r, f, MaxLimit)
 	if err != nil {
 		h.storeErr(w, r, err)
 		return
 	}
+	out := BulkReplayJSON{Filter: f, Capped: more, IDs: []int64{}}
+	for _, d := range ds {
+		if d.MessageID == "" {
+			out.Skipped++
+			continue
+		}
+		out.IDs = append(out.IDs, d.ID)
+	}
+	out.Count = len(out.IDs)
 	h.render(w, r, "bulkreplay", "Replay dead letters", &out)
 }
 
+// bulkReplay marks the dead letters its confirmation listed (the form's
+// ids) that still match its filter. One that arrived since the
+// confirmation is not marked, since nobody saw it counted; one replayed,
+// deleted or changed since is counted as gone.
 func (h *Handler) bulkReplay(w http.ResponseWriter, r *http.Request) {
 	if !h.allow(w, r, ActionDeadLetterReplay) {
 		return
@@ -466,40 +458,58 @@ func (h *Handler) bulkReplay(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	f, err := readFilter(r.PostForm)
+	f, err := readFilter(r.PostForm, "ids", "confirm")
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	ds, match, err := h.bulkMatch(r, f)
+	ids, err := readIDs(r.PostForm["ids"])
 	if err != nil {
-		h.storeErr(w, r, err)
+		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
 	typed := strings.TrimSpace(r.PostForm.Get("confirm"))
-	if typed != strconv.Itoa(match.Count) {
-		h.fail(w, r, http.StatusConflict, fmt.Errorf("confirmation %q does not match: %d dead letters match the filter now; type that number to replay them", typed, match.Count))
+	if typed != strconv.Itoa(len(ids)) {
+		h.fail(w, r, http.StatusConflict, fmt.Errorf("confirmation %q does not match: the confirmation listed %s; type %d to confirm", typed, plural(len(ids), "dead letter", "dead letters"), len(ids)))
 		return
 	}
-	var marked int64
-	for _, d := range ds {
-		ok, err := h.store.MarkReplay(r.Context(), d.ID)
+	var res ReplayJSON
+	for _, id := range ids {
+		d, err := h.store.GetDeadLetter(r.Context(), id)
 		if errors.Is(err, inbox.ErrNotFound) {
-			continue // replayed or deleted meanwhile
+			res.Gone++ // replayed or deleted meanwhile
+			continue
 		}
 		if err != nil {
-			h.storeErr(w, r, fmt.Errorf("after marking %d for replay: %w", marked, err))
+			h.storeErr(w, r, fmt.Errorf("after marking %d for replay: %w", res.Marked, err))
+			return
+		}
+		if !f.matches(d) || d.MessageID == "" {
+			res.Gone++
+			continue
+		}
+		ok, err := h.store.MarkReplay(r.Context(), d.ID)
+		if errors.Is(err, inbox.ErrNotFound) {
+			res.Gone++
+			continue
+		}
+		if err != nil {
+			h.storeErr(w, r, fmt.Errorf("after marking %d for replay: %w", res.Marked, err))
 			return
 		}
 		if ok {
-			marked++
+			res.Marked++
 		}
 	}
-	h.log.InfoContext(r.Context(), "inboxadmin: dead letters marked for replay", "consumer", f.Consumer, "reason", f.Reason, "q", f.Query, "marked", marked)
-	fl := f.Values()
-	fl.Set("done", "bulk-marked")
-	fl.Set("n", strconv.FormatInt(marked, 10))
-	h.done(w, r, "/deadletters", ReplayJSON{Marked: marked}, fl)
+	h.log.InfoContext(r.Context(), "inboxadmin: dead letters marked for replay", "consumer", f.Consumer, "reason", f.Reason, "q", f.Query,
+		"listed", len(ids), "marked", res.Marked, "gone", res.Gone)
+	back := f.Values()
+	back.Set("done", "bulk-marked")
+	back.Set("n", strconv.FormatInt(res.Marked, 10))
+	if res.Gone > 0 {
+		back.Set("gone", strconv.Itoa(res.Gone))
+	}
+	h.done(w, r, link("", "/deadletters", back), res)
 }
 
 // EffectJSON is a ledger entry.
@@ -510,11 +520,17 @@ type EffectJSON struct {
 	State     string    `json:"state"`
 	Attempts  int       `json:"attempts"`
 	StartedAt time.Time `json:"started_at"`
+	// Resolvable is true for a step that is stuck: started longer ago than
+	// Config.StuckAfter and never recorded done. A younger one may still
+	// be running, and the page does not resolve it.
+	Resolvable bool `json:"resolvable"`
 }
 
 // EffectsJSON is the stuck-effects page.
 type EffectsJSON struct {
-	Consumer    string       `json:"consumer,omitempty"`
+	Consumer string `json:"consumer,omitempty"`
+	// Older is the list's ?older= (a duration), when given.
+	Older       string       `json:"older,omitempty"`
 	StuckAfterS float64      `json:"stuck_after_s"`
 	Effects     []EffectJSON `json:"effects"`
 	More        bool         `json:"more"`
@@ -522,39 +538,67 @@ type EffectsJSON struct {
 
 func (h *Handler) effects(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	consumer := strings.TrimSpace(q.Get("consumer"))
-	if consumer != "" {
-		if err := inbox.ValidateConsumer(consumer); err != nil {
-			h.fail(w, r, http.StatusBadRequest, err)
-			return
-		}
+	view, err := h.readEffView(q, "consumer")
+	if err == nil {
+		err = params(q, effParams...)
 	}
-	after := h.cfg.StuckAfter
-	if s := q.Get("older"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil || d < 0 {
-			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("older %q: want a duration such as 5m or 2h", s))
-			return
-		}
-		after = d
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
 	}
-	es, err := h.store.StuckEffects(r.Context(), consumer, h.cfg.Now().Add(-after), MaxLimit+1)
+	es, err := h.store.StuckEffects(r.Context(), view.Consumer, h.cfg.Now().Add(-view.after), MaxLimit+1)
 	if err != nil {
 		h.storeErr(w, r, err)
 		return
 	}
-	out := EffectsJSON{Consumer: consumer, StuckAfterS: after.Seconds(), Effects: []EffectJSON{}}
+	out := EffectsJSON{Consumer: view.Consumer, Older: view.Older, StuckAfterS: view.after.Seconds(), Effects: []EffectJSON{}}
 	if len(es) > MaxLimit {
 		es, out.More = es[:MaxLimit], true
 	}
 	for _, e := range es {
-		out.Effects = append(out.Effects, effectJSON(e))
+		out.Effects = append(out.Effects, h.effectJSON(e))
 	}
 	h.render(w, r, "effects", "Stuck effects", &out)
 }
 
-func effectJSON(e *inboxtype.EffectEntry) EffectJSON {
-	return EffectJSON{Consumer: e.Consumer, MessageID: e.MessageID, Step: e.Step, State: string(e.State), Attempts: e.Attempts, StartedAt: e.StartedAt.UTC()}
+func (h *Handler) effectJSON(e *inboxtype.EffectEntry) EffectJSON {
+	return EffectJSON{Consumer: e.Consumer, MessageID: e.MessageID, Step: e.Step, State: string(e.State), Attempts: e.Attempts, StartedAt: e.StartedAt.UTC(),
+		Resolvable: e.State == inboxtype.EffectStarted && e.StartedAt.Before(h.cfg.Now().Add(-h.cfg.StuckAfter))}
+}
+
+// resolveParams are the parameters of the resolve page: the step's key,
+// and the view of the list it was opened from.
+var resolveParams = []string{"consumer", "message_id", "step", "list_consumer", "older"}
+
+// resolvePage is the page that resolves a step: the step as stored, and
+// the view of the list it was opened from. Its JSON is EffectJSON.
+type resolvePage struct {
+	EffectJSON
+	View        url.Values `json:"-"`
+	StuckAfterS float64    `json:"-"`
+}
+
+// getEffect reads the step a resolve page or form names, as stored, and
+// the view it carries.
+func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request, v url.Values, extra ...string) (*resolvePage, bool) {
+	p, err := effectKey(v)
+	if err == nil {
+		err = params(v, append(extra, resolveParams...)...)
+	}
+	var view effView
+	if err == nil {
+		view, err = h.readEffView(v, "list_consumer")
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return nil, false
+	}
+	e, err := h.store.Effect(r.Context(), p.Consumer, p.MessageID, p.Step)
+	if err != nil {
+		h.storeErr(w, r, err)
+		return nil, false
+	}
+	return &resolvePage{EffectJSON: h.effectJSON(e), View: view.Values(), StuckAfterS: h.cfg.StuckAfter.Seconds()}, true
 }
 
 // effectKey reads the consumer, message id and step of a form or query.
@@ -570,15 +614,13 @@ func effectKey(v url.Values) (inbox.ResolveEffectParams, error) {
 }
 
 func (h *Handler) resolveConfirm(w http.ResponseWriter, r *http.Request) {
-	p, err := effectKey(r.URL.Query())
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
-		return
+	if p, ok := h.getEffect(w, r, r.URL.Query()); ok {
+		h.render(w, r, "resolve", "Resolve an effect", p)
 	}
-	e := EffectJSON{Consumer: p.Consumer, MessageID: p.MessageID, Step: p.Step, State: string(inboxtype.EffectStarted)}
-	h.render(w, r, "resolve", "Resolve an effect", &e)
 }
 
+// resolve settles the step its form names, as the page showed it: a step
+// that is not stuck, or that was attempted again since, is refused.
 func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 	if !h.allow(w, r, ActionEffectResolve) {
 		return
@@ -587,29 +629,47 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	p, err := effectKey(r.PostForm)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
+	e, ok := h.getEffect(w, r, r.PostForm, "state", "result", "confirm", "attempts")
+	if !ok {
 		return
 	}
-	p.State = inboxtype.EffectState(r.PostForm.Get("state"))
+	f := r.PostForm
+	p := inbox.ResolveEffectParams{Consumer: e.Consumer, MessageID: e.MessageID, Step: e.Step, State: inboxtype.EffectState(f.Get("state"))}
 	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q: want done (the call took effect) or failed (it did not)", p.State))
 		return
 	}
-	if r.PostForm.Get("confirm") != p.Step {
+	if f.Get("confirm") != p.Step {
 		h.fail(w, r, http.StatusConflict, fmt.Errorf("confirmation does not match: type the step's name, %q, to resolve it", p.Step))
 		return
 	}
+	shown, err := strconv.Atoi(f.Get("attempts"))
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("attempts %q: want the step's attempts, as the page showed them", f.Get("attempts")))
+		return
+	}
+	where := p.Consumer + "/" + p.MessageID + "/" + p.Step
+	switch {
+	case e.State != string(inboxtype.EffectStarted):
+		h.fail(w, r, http.StatusNotFound, fmt.Errorf("no started step %s: it is %s, nothing to resolve", where, e.State))
+		return
+	case e.Attempts != shown:
+		h.fail(w, r, http.StatusConflict, fmt.Errorf("step %s was attempted again since the page showed it (%s then, %d now): look at it again", where, plural(shown, "attempt", "attempts"), e.Attempts))
+		return
+	case !e.Resolvable:
+		h.fail(w, r, http.StatusConflict, fmt.Errorf("step %s is not stuck: it started %s, less than %s ago, and may still be running", where, ago(h.cfg.Now(), e.StartedAt), fmtSeconds(e.StuckAfterS)))
+		return
+	}
 	if p.State == inboxtype.EffectDone {
-		p.Result = []byte(r.PostForm.Get("result"))
+		p.Result = []byte(f.Get("result"))
 	}
 	if err := h.store.ResolveEffect(r.Context(), p); err != nil {
 		h.storeErr(w, r, err)
 		return
 	}
 	h.log.InfoContext(r.Context(), "inboxadmin: effect resolved", "consumer", p.Consumer, "id", p.MessageID, "step", p.Step, "state", p.State)
-	h.done(w, r, "/effects", map[string]any{"resolved": true, "state": p.State}, url.Values{"done": {"resolved"}})
+	e.View.Set("done", "resolved")
+	h.done(w, r, link("", "/effects", e.View), map[string]any{"resolved": true, "state": p.State})
 }
 
 // OutboxEventJSON is one outbox event.
@@ -668,6 +728,7 @@ func (h *Handler) outboxEventJSON(e *inboxdriver.OutboxRow) OutboxEventJSON {
 type OutboxPageJSON struct {
 	Stats  *OutboxJSON       `json:"stats"`
 	State  string            `json:"state"`
+	Limit  int               `json:"limit"`
 	Events []OutboxEventJSON `json:"events"`
 	More   bool              `json:"more"`
 }
@@ -680,52 +741,68 @@ func (h *Handler) needOutbox(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// outboxPage is the outbox list's page data; its JSON is OutboxPageJSON.
+type outboxPage struct {
+	OutboxPageJSON
+	View url.Values `json:"-"`
+	Tabs []obTab    `json:"-"`
+}
+
+// obTab is a state tab of the outbox list, which keeps the list's limit.
+type obTab struct {
+	Name    string
+	View    url.Values
+	Current bool
+}
+
 func (h *Handler) outbox(w http.ResponseWriter, r *http.Request) {
 	if !h.needOutbox(w, r) {
 		return
 	}
-	q := r.URL.Query()
-	state := q.Get("state")
-	if !q.Has("state") {
-		state = "pending"
-	}
-	switch state {
-	case "", "pending", "parked", "published":
-	default:
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q: want pending, parked or published", state))
+	view, err := readObView(r.URL.Query())
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
 		return
-	}
-	limit := DefaultLimit
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 || n > MaxLimit {
-			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("limit %q: want a number from 1 to %d", s, MaxLimit))
-			return
-		}
-		limit = n
 	}
 	st, err := h.cfg.Outbox.OutboxStats(r.Context())
 	if err != nil {
 		h.storeErr(w, r, err)
 		return
 	}
-	rows, err := h.cfg.Outbox.OutboxList(r.Context(), state, limit+1)
+	rows, err := h.cfg.Outbox.OutboxList(r.Context(), view.State, view.Limit+1)
 	if err != nil {
 		h.storeErr(w, r, err)
 		return
 	}
-	out := OutboxPageJSON{Stats: outboxJSON(st), State: state, Events: []OutboxEventJSON{}}
-	if len(rows) > limit {
-		rows, out.More = rows[:limit], true
+	out := OutboxPageJSON{Stats: outboxJSON(st), State: view.State, Limit: view.Limit, Events: []OutboxEventJSON{}}
+	if len(rows) > view.Limit {
+		rows, out.More = rows[:view.Limit], true
 	}
 	for _, e := range rows {
 		out.Events = append(out.Events, h.outboxEventJSON(e))
 	}
-	h.render(w, r, "outbox", "Outbox", &out)
+	page := &outboxPage{OutboxPageJSON: out, View: view.Values()}
+	for _, t := range []struct{ name, state string }{{"Pending", "pending"}, {"Parked", "parked"}, {"Published", "published"}, {"All", ""}} {
+		tab := obView{State: t.state, Limit: view.Limit}
+		page.Tabs = append(page.Tabs, obTab{Name: t.name, View: tab.Values(), Current: t.state == view.State})
+	}
+	h.render(w, r, "outbox", "Outbox", page)
+}
+
+// outboxEventPage is an outbox event's page data, with the view of the
+// list it was opened from; its JSON is OutboxEventJSON.
+type outboxEventPage struct {
+	OutboxEventJSON
+	View url.Values `json:"-"`
 }
 
 func (h *Handler) outboxEvent(w http.ResponseWriter, r *http.Request) {
 	if !h.needOutbox(w, r) {
+		return
+	}
+	view, err := readObView(r.URL.Query())
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
 	e, err := h.cfg.Outbox.OutboxGet(r.Context(), r.PathValue("id"))
@@ -733,10 +810,12 @@ func (h *Handler) outboxEvent(w http.ResponseWriter, r *http.Request) {
 		h.storeErr(w, r, err)
 		return
 	}
-	j := h.outboxEventJSON(e)
-	h.render(w, r, "outboxevent", "Outbox event", &j)
+	h.render(w, r, "outboxevent", "Outbox event", &outboxEventPage{OutboxEventJSON: h.outboxEventJSON(e), View: view.Values()})
 }
 
+// outboxAction applies an action to the one event its path names, and
+// returns to the page the form was on (from: list or event), in the view it
+// carries.
 func (h *Handler) outboxAction(w http.ResponseWriter, r *http.Request) {
 	action := r.PathValue("action")
 	a, ok := map[string]Action{"retry": ActionOutboxRetry, "park": ActionOutboxPark, "unpark": ActionOutboxUnpark}[action]
@@ -745,6 +824,19 @@ func (h *Handler) outboxAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !h.needOutbox(w, r) || !h.allow(w, r, a) {
+		return
+	}
+	err := r.ParseForm()
+	var view obView
+	if err == nil {
+		view, err = readObView(r.PostForm, "from")
+	}
+	from := r.PostForm.Get("from")
+	if err == nil && from != "" && from != "list" && from != "event" {
+		err = fmt.Errorf("from %q: want list or event", from)
+	}
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
 	id := r.PathValue("id")
@@ -758,7 +850,13 @@ func (h *Handler) outboxAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.InfoContext(r.Context(), "inboxadmin: outbox event changed", "id", id, "action", action)
-	h.done(w, r, "/outbox/"+url.PathEscape(id), map[string]any{"id": id, "action": action}, url.Values{"done": {action}})
+	back := view.Values()
+	back.Set("done", action)
+	to := link("", "/outbox/"+url.PathEscape(id), back)
+	if from == "list" {
+		to = link("", "/outbox", back)
+	}
+	h.done(w, r, to, map[string]any{"id": id, "action": action})
 }
 
 // ago formats how long before now t was.

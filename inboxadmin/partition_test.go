@@ -42,7 +42,7 @@ func TestPartitioned(t *testing.T) {
 	h, err := inboxadmin.New(c, nil)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/?format=json", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/?format=json", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	ov := decode[inboxadmin.OverviewJSON](t, rec.Body.Bytes())
 	require.NotNil(t, ov.Partitions)
@@ -53,7 +53,7 @@ func TestPartitioned(t *testing.T) {
 	require.True(t, ov.Consumers[0].CoverageS >= ov.Now.Sub(oldest).Seconds()-1, "coverage %v from %v", ov.Consumers[0].CoverageS, oldest)
 
 	rec = httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost/", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Contains(t, rec.Body.String(), "<h2>Partitions</h2>")
 }

@@ -3,6 +3,7 @@ package inboxadmin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/txinbox/inbox/inboxtype"
 	"time"
 
@@ -39,6 +40,10 @@ type Store interface {
 	// never recorded done, oldest first. It returns an error wrapping
 	// ErrUnsupported when the store keeps no ledger.
 	StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inboxtype.EffectEntry, error)
+	// Effect returns one step of the effects ledger, whatever its state,
+	// or an error wrapping inbox.ErrNotFound; it wraps ErrUnsupported when
+	// the store keeps no ledger.
+	Effect(ctx context.Context, consumer, messageID, step string) (*inboxtype.EffectEntry, error)
 	// ResolveEffect settles a started step as done or failed.
 	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
 
@@ -127,6 +132,25 @@ func (s adminStore) StuckEffects(ctx context.Context, consumer string, before ti
 		err = errors.Join(ErrUnsupported, err)
 	}
 	return es, err
+}
+
+// effectsPerMessage bounds the steps Effect reads of one message.
+const effectsPerMessage = 1000
+
+func (s adminStore) Effect(ctx context.Context, consumer, messageID, step string) (*inboxtype.EffectEntry, error) {
+	es, err := s.a.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, MessageID: messageID, Limit: effectsPerMessage})
+	if errors.Is(err, inbox.ErrEffectsUnsupported) {
+		err = errors.Join(ErrUnsupported, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range es {
+		if e.Step == step {
+			return e, nil
+		}
+	}
+	return nil, fmt.Errorf("no step %s/%s/%s in the effects ledger: %w", consumer, messageID, step, inbox.ErrNotFound)
 }
 
 func (s adminStore) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
