@@ -66,6 +66,10 @@ func (a *Admin) classify(err error) error {
 		if !errors.Is(err, ErrPermissionDenied) {
 			return marked(ErrPermissionDenied, err)
 		}
+	case inboxdriver.ClassNotMigrated:
+		if !errors.Is(err, ErrNotMigrated) {
+			return marked(ErrNotMigrated, err)
+		}
 	}
 	return err
 }

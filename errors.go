@@ -61,6 +61,14 @@ var (
 	// DELETE from the inbox (see docs/GRANTS.md).
 	ErrPermissionDenied = errors.New("inbox: permission denied")
 
+	// ErrNotMigrated is returned when a table or column that the store
+	// needs does not exist: the tables are missing, or not migrated to the
+	// version this release needs (run 'inbox migrate up', or
+	// inboxmigrate). The operations of Admin and package outbox return it;
+	// a consumer's claim on such a store is the store's failure, never the
+	// message's.
+	ErrNotMigrated = errors.New("inbox: the inbox tables are missing or not migrated")
+
 	// ErrUnknownOutcome is returned by Client.Effect for a step declared
 	// NonIdempotent whose earlier attempt was recorded started but never
 	// done: the process died during or after the call, and whether the

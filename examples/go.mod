@@ -2,14 +2,6 @@ module github.com/txinbox/inbox/examples
 
 go 1.26.0
 
-replace github.com/txinbox/inbox => ..
-
-replace github.com/txinbox/inbox/inboxpgx => ../inboxpgx
-
-replace github.com/txinbox/inbox/inboxkafka => ../inboxkafka
-
-replace github.com/txinbox/inbox/inboxsql/inboxsqlite => ../inboxsql/inboxsqlite
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/twmb/franz-go v1.22.3

@@ -5,70 +5,37 @@
 package examples_test
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/txinbox/inbox/internal/readme"
 	"github.com/txinbox/inbox/internal/require"
 )
 
 // root is the repository, from the examples module's directory.
 const root = ".."
 
-// A README block's source is named by a comment line just before it:
-//
-//	<!-- source: examples/pgx/main.go -->          the whole file
-//	<!-- source: examples/kafka/main.go#consumer --> the region between
-//	                                                  "// README: begin consumer"
-//	                                                  and "// README: end consumer"
-var sourceRe = regexp.MustCompile(`^<!-- source: ([^#\s]+)(?:#(\S+))? -->$`)
+type block = readme.Block
 
-type block struct {
-	line         int // of the opening fence, 1-based
-	path, region string
-	text         string
-}
-
-// readmeBlocks returns the README's ```go blocks with their sources.
+// readmeBlocks returns the README's ```go blocks, each with its source.
 func readmeBlocks(t *testing.T) []block {
 	t.Helper()
-	f, err := os.Open(filepath.Join(root, "README.md"))
+	all, err := readme.Blocks(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
-	defer f.Close()
-	var (
-		blocks []block
-		cur    *block
-		source []string // of the last non-blank line, if it named one
-		n      int
-	)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		switch {
-		case cur != nil && line == "```":
-			blocks = append(blocks, *cur)
-			cur = nil
-		case cur != nil:
-			cur.text += line + "\n"
-		case line == "```go":
-			cur = &block{line: n}
-			if source == nil {
-				t.Errorf("README.md:%d: a ```go block without a <!-- source: … --> line before it", n)
-			} else {
-				cur.path, cur.region = source[1], source[2]
-			}
-		case strings.TrimSpace(line) != "":
-			source = sourceRe.FindStringSubmatch(line)
+	var blocks []block
+	for _, b := range all {
+		if b.Lang != "go" {
+			continue
 		}
+		if b.Source == "" {
+			t.Errorf("README.md:%d: a ```go block without a <!-- source: … --> line before it", b.Line)
+		}
+		blocks = append(blocks, b)
 	}
-	require.NoError(t, sc.Err())
-	require.Nil(t, cur, "README.md: a ```go block is not closed")
 	return blocks
 }
 
@@ -121,18 +88,18 @@ func TestREADMEBlocksMatchTheirPrograms(t *testing.T) {
 	t.Parallel()
 	shown := map[string]bool{}
 	for _, b := range readmeBlocks(t) {
-		if b.path == "" {
+		if b.Source == "" {
 			continue
 		}
-		shown[b.path] = true
-		want, err := sourceText(b.path, b.region)
+		shown[b.Source] = true
+		want, err := sourceText(b.Source, b.Region)
 		if err != nil {
-			t.Errorf("README.md:%d: %v", b.line, err)
+			t.Errorf("README.md:%d: %v", b.Line, err)
 			continue
 		}
-		if b.text != want {
+		if b.Text != want {
 			t.Errorf("README.md:%d: the block differs from %s%s at %s: copy the source into the README",
-				b.line, b.path, regionSuffix(b.region), firstDifference(b.text, want))
+				b.Line, b.Source, regionSuffix(b.Region), firstDifference(b.Text, want))
 		}
 	}
 	for _, p := range []string{"examples/pgx/main.go", "examples/sqlite/main.go", "examples/kafka/main.go"} {
@@ -179,8 +146,8 @@ func TestREADMEQuickStartBuildsInANewModule(t *testing.T) {
 	}
 	var quickstart string
 	for _, b := range readmeBlocks(t) {
-		if b.path == "examples/pgx/main.go" && b.region == "" {
-			quickstart = b.text
+		if b.Source == "examples/pgx/main.go" && b.Region == "" {
+			quickstart = b.Text
 		}
 	}
 	require.NotEmpty(t, quickstart, "the README shows examples/pgx/main.go whole")

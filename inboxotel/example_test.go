@@ -3,6 +3,7 @@ package inboxotel_test
 import (
 	"context"
 	"log"
+	"os"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,7 +32,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

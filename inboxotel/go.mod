@@ -2,12 +2,6 @@ module github.com/txinbox/inbox/inboxotel
 
 go 1.26.0
 
-replace github.com/txinbox/inbox => ..
-
-replace github.com/txinbox/inbox/inboxpgx => ../inboxpgx
-
-replace github.com/txinbox/inbox/inboxsql/inboxsqlite => ../inboxsql/inboxsqlite
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,7 +22,7 @@ import (
 // application's, and serve them.
 func Example() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, "postgres://postgres@127.0.0.1:5432/test")
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -2,12 +2,6 @@ module github.com/txinbox/inbox/inboxprom
 
 go 1.26.0
 
-replace github.com/txinbox/inbox => ..
-
-replace github.com/txinbox/inbox/inboxpgx => ../inboxpgx
-
-replace github.com/txinbox/inbox/inboxsql/inboxsqlite => ../inboxsql/inboxsqlite
-
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/prometheus/client_golang v1.25.0

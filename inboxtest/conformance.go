@@ -43,14 +43,14 @@ type Store[TTx any] struct {
 // subtest and must return a store isolated from every other. Subtests run in
 // parallel.
 func Exercise[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx]) {
-	exercise(t, newStore, append(append(cases[TTx](), takeoverCases[TTx]()...), outboxCases[TTx]()...))
+	exercise(t, newStore, append(append(append(cases[TTx](), takeoverCases[TTx]()...), outboxCases[TTx]()...), catalogCases[TTx]()...))
 }
 
 // ExercisePartitioned runs the conformance suite, and the cases of the
 // partitioned layout, on a store whose inbox is in that layout
 // (inboxdriver.LayoutPartitioned), with partitions made by its migration.
 func ExercisePartitioned[TTx any](t *testing.T, newStore func(t *testing.T) *Store[TTx]) {
-	all := append(append(cases[TTx](), takeoverCases[TTx]()...), outboxCases[TTx]()...)
+	all := append(append(append(cases[TTx](), takeoverCases[TTx]()...), outboxCases[TTx]()...), catalogCases[TTx]()...)
 	exercise(t, newStore, append(all, partitionCases[TTx]()...))
 }
 

@@ -325,6 +325,8 @@ func classify(a inboxdriver.OutboxAdmin, err error) error {
 		return fmt.Errorf("%w: %w", inbox.ErrLockTimeout, err)
 	case inboxdriver.ClassUnavailable:
 		return fmt.Errorf("%w: %w", inbox.ErrUnavailable, err)
+	case inboxdriver.ClassNotMigrated:
+		return fmt.Errorf("%w: %w", inbox.ErrNotMigrated, err)
 	}
 	return err
 }

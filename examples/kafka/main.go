@@ -27,6 +27,7 @@ import (
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtransport"
 )
 
 func main() {
@@ -67,7 +68,7 @@ func run(ctx context.Context, w io.Writer, databaseURL, brokers string) error {
 		return err
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS accounts (id bigint PRIMARY KEY, balance_cents bigint NOT NULL);
-INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
+INSERT INTO accounts VALUES (2, 0) ON CONFLICT DO NOTHING`); err != nil {
 		return err
 	}
 	client, err := inbox.NewClient(driver, nil)
@@ -100,9 +101,9 @@ INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
 	}
 	pending := map[offset]bool{}
 	for _, e := range []struct{ id, body string }{
-		{"0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55", `{"account":1,"amount_cents":2500}`},
-		{"0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55", `{"account":1,"amount_cents":2500}`},
-		{"0190c8e5-02d1-7a4e-8b11-6f0c2a9d3e77", `{"account":1,"amount_cents":1000}`},
+		{"0190c8e6-51a0-7b2c-9d3e-4f5a6b7c8d90", `{"account":2,"amount_cents":2500}`},
+		{"0190c8e6-51a0-7b2c-9d3e-4f5a6b7c8d90", `{"account":2,"amount_cents":2500}`},
+		{"0190c8e7-0c11-7d22-8e33-9f44a055b166", `{"account":2,"amount_cents":1000}`},
 	} {
 		rec := &kgo.Record{Value: []byte(e.body), Headers: []kgo.RecordHeader{{Key: "event-id", Value: []byte(e.id)}}}
 		r, err := producer.ProduceSync(ctx, rec).First()
@@ -131,18 +132,18 @@ INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
 	consumer, err := inboxkafka.New(cl, client, credit, &inboxkafka.Config{
 		Consumer: "billing",
 		Key:      inbox.HeaderKey("event-id"),
-		OnResult: func(r inboxkafka.Result) {
+		Settings: inboxtransport.Settings{OnResult: func(r inboxkafka.Result) {
 			if r.Err != nil {
-				return // retried, and dead-lettered after Config.MaxAttempts
+				return // retried, and dead-lettered after Config.MaxDeliveries
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			fmt.Fprintf(w, "offset %d: %v\n", r.Record.Offset, r.Outcome) // applied, duplicate, applied
-			delete(pending, offset{r.Record.Partition, r.Record.Offset})
+			fmt.Fprintf(w, "offset %d: %v\n", r.Message.Source.Offset, r.Outcome) // applied, duplicate, applied
+			delete(pending, offset{r.Message.Source.Partition, r.Message.Source.Offset})
 			if len(pending) == 0 {
 				stop() // this run's records are done
 			}
-		},
+		}},
 	})
 	if err != nil {
 		return err
@@ -160,9 +161,9 @@ INSERT INTO accounts VALUES (1, 0) ON CONFLICT DO NOTHING`); err != nil {
 	}
 
 	var balance int64
-	if err := pool.QueryRow(ctx, `SELECT balance_cents FROM accounts WHERE id = 1`).Scan(&balance); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT balance_cents FROM accounts WHERE id = 2`).Scan(&balance); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "balance: %d cents\n", balance)
+	fmt.Fprintf(w, "balance of account 2: %d cents\n", balance)
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb creates schemas with
 
+	"github.com/txinbox/inbox/internal/readme"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -34,14 +35,17 @@ func TestQuickStart(t *testing.T) {
 
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, &out, url, ""))
-	require.Equal(t, "offset 0: applied\noffset 1: duplicate\noffset 2: applied\nbalance: 3500 cents\n", out.String())
+	want, err := readme.Output("../../README.md", "examples/kafka")
+	require.NoError(t, err)
+	require.Equal(t, want, out.String(), "the README shows what the quick start prints")
+	require.Equal(t, "offset 0: applied\noffset 1: duplicate\noffset 2: applied\nbalance of account 2: 3500 cents\n", out.String())
 
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	var balance int64
 	var rows int
-	require.NoError(t, pool.QueryRow(ctx, `SELECT balance_cents FROM accounts WHERE id = 1`).Scan(&balance))
+	require.NoError(t, pool.QueryRow(ctx, `SELECT balance_cents FROM accounts WHERE id = 2`).Scan(&balance))
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM inbox WHERE consumer_name = 'billing'`).Scan(&rows))
 	require.Equal(t, int64(3500), balance)
 	require.Equal(t, 2, rows, "one inbox row per distinct event")

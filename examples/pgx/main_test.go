@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/internal/readme"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -44,6 +45,9 @@ func TestQuickStart(t *testing.T) {
 	url := schemaURL(t)
 	var out bytes.Buffer
 	require.NoError(t, run(ctx, &out, url))
+	want, err := readme.Output("../../README.md", "examples/pgx")
+	require.NoError(t, err)
+	require.Equal(t, want, out.String(), "the README shows what the quick start prints")
 	require.Equal(t, "applied\nduplicate\nbalance: 2500 cents\n", out.String())
 	out.Reset()
 	require.NoError(t, run(ctx, &out, url))

@@ -2,7 +2,7 @@
 // one file. A handler credits an account, and the broker delivers an event
 // twice.
 //
-//	go run . [FILE]    # default inbox-quickstart.db
+//	go run . [FILE]    # default: inbox-quickstart.db in the temporary directory
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"path/filepath"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxmigrate"
@@ -21,7 +22,9 @@ import (
 )
 
 func main() {
-	path := "inbox-quickstart.db"
+	// Not in the working directory: a run from a checkout leaves nothing
+	// in it.
+	path := filepath.Join(os.TempDir(), "inbox-quickstart.db")
 	if len(os.Args) > 1 {
 		path = os.Args[1]
 	}
