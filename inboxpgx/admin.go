@@ -18,10 +18,12 @@ import (
 // Classify implements inboxdriver.Admin. A connection that could not be
 // made is unavailability whatever SQLSTATE the server gave for refusing it
 // (CONNECT revoked 42501, no such database 3D000, no such role 28000): it
-// is checked before the server's codes.
+// is checked before the server's codes. A commit abandoned after
+// Config.CommitTimeout (ErrCommitTimeout) is unavailability too: its
+// outcome is unknown, and the redelivery finds it out.
 func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
+	if errors.As(err, &connectErr) || errors.Is(err, ErrCommitTimeout) {
 		return inboxdriver.ClassUnavailable
 	}
 	var pgErr *pgconn.PgError
