@@ -70,11 +70,15 @@ func classifyCode(code string) inboxdriver.ErrorClass {
 // TxBroken implements inboxdriver.Driver: tx's connection is closed (pgx
 // closes it when the server ends the session, the network fails, or a
 // context ends during a query), or err is the server saying that it cannot
-// serve now. A handler's own io.EOF or net.Error, on a connection that is
-// still open, is not the store's.
+// serve now, or a commit the handler ran itself that was abandoned
+// (ErrCommitTimeout). A handler's own io.EOF or net.Error, on a connection
+// that is still open, is not the store's.
 func (d *Driver) TxBroken(ctx context.Context, tx pgx.Tx, err error) bool {
 	if _, ok := tx.(*pipeTx); ok {
 		return false // nothing was sent
+	}
+	if errors.Is(err, ErrCommitTimeout) {
+		return true
 	}
 	// A transaction that the handler ended itself has handed its
 	// connection back to the pool, where another caller may hold it now:

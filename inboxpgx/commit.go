@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -80,6 +81,9 @@ func awaitCommit(ctx context.Context, conn *pgxpool.Conn, timeout time.Duration,
 // Commit commits the transaction, bounded by commitTimeout (awaitCommit),
 // and hands the connection back to the pool.
 func (t *poolTx) Commit(ctx context.Context) error {
+	if t.abandoned {
+		return pgx.ErrTxClosed // its connection is the abandoned commit's
+	}
 	if t.conn == nil || ctx.Err() != nil {
 		// Ended (pgx.ErrTxClosed), or a context that ended already: pgx
 		// sends nothing.

@@ -307,7 +307,8 @@ func scanClaimed(rows pgx.Rows, ids []string, claimed []bool) error {
 }
 
 // Commit implements inboxdriver.Driver. A deferred claim's transaction is
-// sent whole here (see pipeTx).
+// sent whole here (see pipeTx). It waits Config.CommitTimeout at most for
+// the server's reply, and then returns ErrCommitTimeout (see awaitCommit).
 func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 	if t, ok := tx.(*pipeTx); ok {
 		return t.commit(ctx)
