@@ -18,10 +18,12 @@ import (
 // Classify implements inboxdriver.Admin. A connection that could not be
 // made is unavailability whatever SQLSTATE the server gave for refusing it
 // (CONNECT revoked 42501, no such database 3D000, no such role 28000): it
-// is checked before the server's codes.
+// is checked before the server's codes. A commit abandoned after
+// Config.CommitTimeout (ErrCommitTimeout) is unavailability too: its
+// outcome is unknown, and the redelivery finds it out.
 func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	var connectErr *pgconn.ConnectError
-	if errors.As(err, &connectErr) {
+	if errors.As(err, &connectErr) || errors.Is(err, ErrCommitTimeout) {
 		return inboxdriver.ClassUnavailable
 	}
 	var pgErr *pgconn.PgError
@@ -68,11 +70,15 @@ func classifyCode(code string) inboxdriver.ErrorClass {
 // TxBroken implements inboxdriver.Driver: tx's connection is closed (pgx
 // closes it when the server ends the session, the network fails, or a
 // context ends during a query), or err is the server saying that it cannot
-// serve now. A handler's own io.EOF or net.Error, on a connection that is
-// still open, is not the store's.
+// serve now, or a commit the handler ran itself that was abandoned
+// (ErrCommitTimeout). A handler's own io.EOF or net.Error, on a connection
+// that is still open, is not the store's.
 func (d *Driver) TxBroken(ctx context.Context, tx pgx.Tx, err error) bool {
 	if _, ok := tx.(*pipeTx); ok {
 		return false // nothing was sent
+	}
+	if errors.Is(err, ErrCommitTimeout) {
+		return true
 	}
 	// A transaction that the handler ended itself has handed its
 	// connection back to the pool, where another caller may hold it now:

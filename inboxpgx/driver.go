@@ -53,6 +53,24 @@ type Config struct {
 	// of it. A holder that exits releases its locks at once. Defaults to
 	// DefaultLockIdleTimeout.
 	LockIdleTimeout time.Duration
+
+	// CommitTimeout bounds the wait for the reply to the COMMIT of a
+	// transaction the driver began. A primary whose
+	// synchronous_standby_names is set holds each commit until a
+	// synchronous standby confirms it, and without one holds it for ever.
+	// Past the bound Commit returns an error wrapping ErrCommitTimeout: the
+	// outcome is unknown, and the message is neither acked nor
+	// dead-lettered. The driver never cancels the COMMIT (a cancel request
+	// would make it visible on the primary alone, unreplicated), nor
+	// closes its connection (pgx then sends one): it leaves the COMMIT to
+	// finish on its connection, which leaves the pool and closes once the
+	// server answers. The redelivery's claim waits on the commit's lock
+	// until the standby returns (it is then a Duplicate) or the primary
+	// fails over (it is then applied on the new one). A caller's context
+	// that ends during the commit abandons it the same way. Set it above
+	// the longest commit a healthy cluster takes. Negative waits without
+	// limit. Defaults to DefaultCommitTimeout.
+	CommitTimeout time.Duration
 }
 
 // DefaultLockIdleTimeout is the default Config.LockIdleTimeout.
@@ -84,6 +102,8 @@ type Driver struct {
 	duplicates sync.Map
 	// lockIdle is Config.LockIdleTimeout.
 	lockIdle time.Duration
+	// commitTimeout is Config.CommitTimeout, with its default.
+	commitTimeout time.Duration
 }
 
 var _ inboxdriver.Driver[pgx.Tx] = (*Driver)(nil)
@@ -107,7 +127,11 @@ func New(pool *pgxpool.Pool, config *Config) (*Driver, error) {
 	if cfg.LockIdleTimeout < 0 {
 		return nil, fmt.Errorf("inboxpgx: Config.LockIdleTimeout is negative (%s)", cfg.LockIdleTimeout)
 	}
-	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t), oq: newOutboxQueries(t), lockIdle: cfg.LockIdleTimeout}
+	if cfg.CommitTimeout == 0 {
+		cfg.CommitTimeout = DefaultCommitTimeout
+	}
+	d := &Driver{pool: pool, tables: t, txOptions: cfg.TxOptions, begin: beginSQL(cfg.TxOptions), q: newQueries(t), oq: newOutboxQueries(t),
+		lockIdle: cfg.LockIdleTimeout, commitTimeout: cfg.CommitTimeout}
 	d.partitions = pgpartition.New(partitionDB{d}, t, cfg.Partitions)
 	return d, nil
 }
@@ -180,7 +204,7 @@ func (d *Driver) BeginClaim(ctx context.Context, p *inboxdriver.ClaimParams) (pg
 		return q
 	})
 	br := conn.SendBatch(ctx, b)
-	tx := &poolTx{Tx: br.Tx(), conn: conn}
+	tx := &poolTx{Tx: br.Tx(), conn: conn, commitTimeout: d.commitTimeout}
 	if err := br.Close(); err != nil {
 		rollback(ctx, tx)
 		if plain && isUniqueViolation(err) {
@@ -232,19 +256,21 @@ const (
 )
 
 // poolTx is a transaction on a connection acquired from the pool, which
-// goes back to the pool when the transaction ends.
+// goes back to the pool when the transaction ends. Its Commit (commit.go)
+// is bounded by commitTimeout.
 type poolTx struct {
 	pgx.Tx
-	conn *pgxpool.Conn
-}
-
-func (t *poolTx) Commit(ctx context.Context) error {
-	err := t.Tx.Commit(ctx)
-	t.release()
-	return err
+	conn          *pgxpool.Conn
+	commitTimeout time.Duration
+	// abandoned says that Commit stopped waiting for the COMMIT, which
+	// goes on on the connection, no longer the transaction's.
+	abandoned bool
 }
 
 func (t *poolTx) Rollback(ctx context.Context) error {
+	if t.abandoned {
+		return pgx.ErrTxClosed
+	}
 	err := t.Tx.Rollback(ctx)
 	t.release()
 	return err
@@ -281,7 +307,8 @@ func scanClaimed(rows pgx.Rows, ids []string, claimed []bool) error {
 }
 
 // Commit implements inboxdriver.Driver. A deferred claim's transaction is
-// sent whole here (see pipeTx).
+// sent whole here (see pipeTx). It waits Config.CommitTimeout at most for
+// the server's reply, and then returns ErrCommitTimeout (see awaitCommit).
 func (d *Driver) Commit(ctx context.Context, tx pgx.Tx) error {
 	if t, ok := tx.(*pipeTx); ok {
 		return t.commit(ctx)

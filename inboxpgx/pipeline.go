@@ -253,15 +253,26 @@ func (t *pipeTx) commit(ctx context.Context) error {
 	if !checked {
 		b.Queue("commit")
 	}
-
-	err = conn.SendBatch(ctx, b).Close()
-	if err == nil && checked {
-		_, err = conn.Exec(ctx, "commit")
+	// The batch runs under awaitCommit. The server sends the results of a
+	// pipeline when it ends, with the COMMIT's: the bound counts from the
+	// send, with the claim's lock wait on top. An abandoned batch keeps
+	// the pgx.Conn.
+	timeout := d.commitTimeout
+	if timeout > 0 {
+		timeout += max(p.LockTimeout, 0)
 	}
-	if err == nil {
-		return nil
+	pc := conn.Conn()
+	err, abandoned := awaitCommit(ctx, conn, timeout, func(ctx context.Context) error {
+		err := pc.SendBatch(ctx, b).Close()
+		if err == nil && checked {
+			_, err = pc.Exec(ctx, "commit")
+		}
+		return err
+	})
+	if abandoned || err == nil {
+		return err
 	}
-	pg := conn.Conn().PgConn()
+	pg := pc.PgConn()
 	if pg.IsClosed() {
 		return d.claimError(ctx, p.IDs, err) // the commit's outcome, if it was sent, is unknown
 	}

@@ -354,7 +354,7 @@ func (c *Cluster) SetSynchronousStandbyNames(ctx context.Context, names string) 
 }
 
 // waitStandby waits until the primary sees the replica streaming, with
-// sync_state want, for a minute at most.
+// sync_state want (any, when want is ""), for a minute at most.
 func (c *Cluster) waitStandby(ctx context.Context, want string) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -364,7 +364,7 @@ func (c *Cluster) waitStandby(ctx context.Context, want string) error {
 	for {
 		var err error
 		got, err = c.Query(ctx, c.Primary, `SELECT coalesce((SELECT state || ' ' || sync_state FROM pg_stat_replication WHERE application_name = '`+ReplicaName+`'), 'absent')`)
-		if err == nil && got == "streaming "+want {
+		if err == nil && (got == "streaming "+want || want == "" && strings.HasPrefix(got, "streaming ")) {
 			return nil
 		}
 		select {
@@ -410,6 +410,17 @@ func (c *Cluster) CutReplication() {
 	}
 	c.proxy.Refuse(true)
 	c.proxy.Cut()
+}
+
+// RestoreReplication lets the replica reach the primary again after
+// CutReplication, and waits until the primary sees it streaming (sync or
+// async, as synchronous_standby_names says), a minute at most.
+func (c *Cluster) RestoreReplication(ctx context.Context) error {
+	if c.proxy == nil {
+		return errors.New("pgcluster: no replica")
+	}
+	c.proxy.Refuse(false)
+	return c.waitStandby(ctx, "")
 }
 
 // KillPrimary kills the primary, and every process of its, with SIGKILL,
