@@ -185,19 +185,67 @@ func (m *Maintainer) Maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 	if p.Drop && p.Retention <= 0 {
 		return nil, fmt.Errorf("inbox: partition maintenance: Retention must be positive to drop partitions, got %v", p.Retention)
 	}
+	finalized, err := m.finishDetaches(ctx, p.DryRun)
+	if err != nil {
+		return &inboxtype.PartitionReport{Finalized: finalized}, err
+	}
 	var rep *inboxtype.PartitionReport
 	ran, err := m.db.WithLock(ctx, m.LockKey(), func(ctx context.Context) error {
 		var err error
 		rep, err = m.maintain(ctx, p)
 		return err
 	})
+	if !ran && err == nil {
+		rep = &inboxtype.PartitionReport{Skipped: true}
+	}
+	if rep != nil {
+		rep.Finalized = finalized
+	}
+	return rep, err
+}
+
+// finishDetaches finishes the detaches that an earlier run left pending (a
+// DETACH … CONCURRENTLY cancelled, or whose session died): a pending
+// partition takes no rows, and the parent cannot detach another
+// concurrently until it is finished. It runs before the maintainers' lock
+// is taken, since FINALIZE waits for every transaction older than it to
+// end, and the lock's transaction is one. Two maintainers that finish the
+// same detach are put in turn by the parent's lock, and the second finds
+// it finished; one that finds a detach that a running maintainer has under
+// way waits for it. A dry run finishes none, and returns those it would.
+func (m *Maintainer) finishDetaches(ctx context.Context, dryRun bool) ([]inboxtype.Partition, error) {
+	st, err := m.State(ctx)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
-	if !ran {
-		return &inboxtype.PartitionReport{Skipped: true}, nil
+	var done []inboxtype.Partition
+	for _, part := range st.Partitions {
+		if !part.DetachPending {
+			continue
+		}
+		if !dryRun {
+			if err := m.db.Exec(ctx, `ALTER TABLE `+m.parent+` DETACH PARTITION `+m.qualify(part.Name)+` FINALIZE`); err != nil && m.detachPending(ctx, part.Name) {
+				return done, fmt.Errorf("inbox: finish the detach of partition %s: %w", part.Name, err)
+			}
+		}
+		done = append(done, part)
 	}
-	return rep, nil
+	return done, nil
+}
+
+// detachPending reports whether partition name is still pending detach, or
+// the state cannot be read: false when another maintainer finished it.
+func (m *Maintainer) detachPending(ctx context.Context, name string) bool {
+	st, err := m.State(ctx)
+	if err != nil {
+		return true
+	}
+	for _, part := range st.Partitions {
+		if part.Name == name {
+			return part.DetachPending
+		}
+	}
+	return false
 }
 
 func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
@@ -244,23 +292,19 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 			rep.Created = append(rep.Created, part)
 		}
 	}
-	// Finish the detaches an earlier run left pending: a pending partition
-	// takes no rows, and the parent cannot detach another concurrently
-	// until it is finished.
+	// The detaches an earlier run left pending were finished before the
+	// lock was taken (finishDetaches): a dry run finds them pending still,
+	// and says what it would do with them. One pending now was left by a
+	// run that stopped after that: it is the next run's.
 	detached := append([]inboxtype.Partition(nil), st.Detached...)
 	var attached []inboxtype.Partition
 	for _, part := range st.Partitions {
-		if !part.DetachPending {
+		switch {
+		case !part.DetachPending:
 			attached = append(attached, part)
-			continue
+		case p.DryRun:
+			detached = append(detached, part)
 		}
-		if !p.DryRun {
-			if err := m.db.Exec(ctx, `ALTER TABLE `+m.parent+` DETACH PARTITION `+m.qualify(part.Name)+` FINALIZE`); err != nil {
-				return rep, fmt.Errorf("inbox: finish the detach of partition %s: %w", part.Name, err)
-			}
-		}
-		rep.Finalized = append(rep.Finalized, part)
-		detached = append(detached, part)
 	}
 
 	// Tables left detached, by a run that dropped partitions and stopped

@@ -261,12 +261,38 @@ func Read(ctx context.Context, t Topic, sub string, want int, fn func(*Delivery)
 				return err
 			}
 		}
-		if err := p.Ack(ctx, ds); err != nil {
+		if err := Ack(ctx, p, ds); err != nil {
 			return err
 		}
 		got += len(ds)
 	}
 	return nil
+}
+
+// rebalanceWait bounds how long Ack waits for a consumer group to settle.
+const rebalanceWait = 30 * time.Second
+
+// Ack acknowledges ds through p. When a Kafka group refused the commit
+// because it was rebalancing (a member joined or left between the poll and
+// the commit, as a loaded machine makes likely), it commits again, for up
+// to 30 s: the offsets are still the ones this member processed.
+func Ack(ctx context.Context, p Poller, ds []*Delivery) error {
+	deadline := time.Now().Add(rebalanceWait)
+	wait := 10 * time.Millisecond
+	for {
+		err := p.Ack(ctx, ds)
+		if err == nil || !rebalancing(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(wait*2, time.Second)
+	}
 }
 
 // Redacted is the URL u without its password, for a message.

@@ -245,6 +245,10 @@ func TestFaults(t *testing.T) {
 		require.True(t, k.FailCommit(tp.Address("a").Group, kerr.IllegalGeneration.Code))
 		k.Calm()
 		require.NoError(t, p.Ack(ctx, ds), "calmed")
+		require.True(t, k.FailCommit(tp.Address("a").Group, kerr.IllegalGeneration.Code))
+		require.NoError(t, broker.Ack(ctx, p, ds), "committed again once the group settled")
+		require.True(t, k.FailCommit(tp.Address("a").Group, kerr.UnknownTopicOrPartition.Code))
+		require.ErrorIs(t, broker.Ack(ctx, p, ds), kerr.UnknownTopicOrPartition, "only a rebalance is waited out")
 
 		real, err := broker.OpenKafka(k.Brokers(), broker.KafkaTimings{}, nil)
 		require.NoError(t, err)

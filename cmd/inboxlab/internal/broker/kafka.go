@@ -377,5 +377,11 @@ func (p *kafkaPoller) Ack(ctx context.Context, ds []*Delivery) error {
 	return p.cl.CommitRecords(ctx, recs...)
 }
 
+// rebalancing reports whether err is a group's refusal of an offset commit
+// during a rebalance, which a commit after the rebalance does not meet.
+func rebalancing(err error) bool {
+	return errors.Is(err, kerr.RebalanceInProgress) || errors.Is(err, kerr.IllegalGeneration)
+}
+
 // Close leaves the group without committing.
 func (p *kafkaPoller) Close() { p.cl.Close() }

@@ -58,12 +58,29 @@ func OpenNATS(url string) (*NATS, error) {
 	return n, nil
 }
 
+// connectWait bounds how long ConnectNATS tries a server that does not
+// answer: one that a test or chaos just restarted may take a while to
+// listen on a loaded machine.
+const connectWait = 30 * time.Second
+
 // ConnectNATS opens a connection to the NATS server at url, which
-// reconnects for as long as it is open, and its JetStream.
+// reconnects for as long as it is open, and its JetStream. It tries for up
+// to 30 s while no server answers.
 func ConnectNATS(url string) (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(url, nats.Timeout(5*time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		return nil, nil, err
+	deadline := time.Now().Add(connectWait)
+	wait := 10 * time.Millisecond
+	var nc *nats.Conn
+	for {
+		var err error
+		nc, err = nats.Connect(url, nats.Timeout(5*time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, nats.ErrNoServers) || time.Now().After(deadline) {
+			return nil, nil, err
+		}
+		time.Sleep(wait)
+		wait = min(wait*2, 500*time.Millisecond)
 	}
 	// A publish lost in a server restart fails in time, rather than wait
 	// for an answer forever.

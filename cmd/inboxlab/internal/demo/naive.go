@@ -137,7 +137,7 @@ func ack(ctx context.Context, sub broker.Poller, batch []*record) error {
 	for i, r := range batch {
 		ds[i] = r.Delivery
 	}
-	return sub.Ack(ctx, ds)
+	return broker.Ack(ctx, sub, ds)
 }
 
 // crashAt reports whether window w crashes at rec, the first time only.
