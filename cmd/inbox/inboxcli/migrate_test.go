@@ -92,6 +92,25 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, exists, "the refused migration created nothing")
 
+	// Nor does down revert the migrations the version table records for
+	// the default names: one step would drop the outbox's index, and --to
+	// 0 the default outbox with its events.
+	for _, args := range [][]string{{"migrate", "down"}, {"migrate", "down", "--dry-run"}, {"migrate", "down", "--to", "0", "--force"}} {
+		code, stdout, stderr = run(t, env, append(args, custom...)...)
+		require.Equal(t, 1, code, "%q: %s", args, stderr)
+		require.Empty(t, stdout, "%q", args)
+		requireOneLine(t, stderr)
+		require.Contains(t, stderr, "table custom_inbox does not exist", "%q", args)
+	}
+	m, err := inboxmigrate.New(d)
+	require.NoError(t, err)
+	applied, err := m.Applied(ctx)
+	require.NoError(t, err)
+	require.Equal(t, inboxmigrate.Latest(), applied[len(applied)-1], "the refused reverts changed nothing")
+	exists, err = d.TableExists(ctx, "outbox")
+	require.NoError(t, err)
+	require.True(t, exists)
+
 	code, _, stderr = run(t, env, append([]string{"stats"}, custom...)...)
 	require.Equal(t, 1, code, stderr)
 	require.Contains(t, stderr, "not table custom_inbox")
