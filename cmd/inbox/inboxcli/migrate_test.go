@@ -117,6 +117,9 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	code, stdout, _ = run(t, env, append([]string{"doctor"}, custom...)...)
 	require.Equal(t, 1, code)
 	require.Regexp(t, `fail\s+schema\s+.*custom_inbox does not exist`, stdout)
+	// No check tells the user to run the 'migrate up' that refuses.
+	require.NotContains(t, stdout, "inbox migrate up")
+	require.Regexp(t, `skip\s+purge_index\s+the store is not migrated`, stdout)
 
 	own := testdb.Schema(t)
 	code, stdout, stderr = run(t, env, "migrate", "up", "--schema", own, "--table", "custom_inbox")
