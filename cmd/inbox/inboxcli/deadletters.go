@@ -162,11 +162,11 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 				return err
 			}
 			if marked == 0 {
-				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, d.Consumer)
+				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, command.Text(d.Consumer))
 				return nil
 			}
 			fmt.Fprintf(e.Stdout, "marked dead letter %d (%s, message %s) for replay: the next inbox.Client.ProcessReplays for %s replays it with the handler\n",
-				id, d.Consumer, d.MessageID, d.Consumer)
+				id, command.Text(d.Consumer), command.Text(d.MessageID), command.Text(d.Consumer))
 			return nil
 		})
 	case *consumer == "" && *all:

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -254,5 +255,46 @@ func TestDeadLetterShowIsSafeOnATerminal(t *testing.T) {
 			require.Contains(t, stdout, `header:      a-first: \x1b[2Jcleared`)
 			require.Contains(t, stdout, `header:      m-mid: rtl\u202eevil`)
 		}
+	}
+}
+
+// Text written by another tool, or by an older version that did not check
+// names, reaches no terminal raw: a consumer name that holds an escape
+// sequence is shown escaped by every command that prints it, in its
+// output and in its errors.
+func TestStoredNamesAreEscapedEverywhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := migratedPgx(t)
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	id := inboxtest.NewID()
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id},
+		inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })))
+	_, _, err = d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
+		EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: "capture"}, Now: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing",
+		Message: inbox.Message{ID: inboxtest.NewID()}, Err: inbox.Permanent(errors.New("boom")), Attempts: 1}))
+	const evil = "bill\x1b[2Jing"
+	for _, table := range []string{"inbox", "inbox_dead_letters", "inbox_effects"} {
+		_, err := inboxcli.SharedPool(t).Exec(ctx, `UPDATE `+pgx.Identifier{schema, table}.Sanitize()+` SET consumer_name = $1`, evil)
+		require.NoError(t, err)
+	}
+	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+
+	for _, args := range [][]string{
+		{"stats"},
+		{"deadletters", "list"},
+		{"deadletters", "replay", fmt.Sprint(list[0].ID)},
+		{"deadletters", "replay", fmt.Sprint(list[0].ID)}, // already marked
+		{"doctor"},
+	} {
+		_, stdout, stderr := run(t, env, append(args, "--schema", schema)...)
+		require.NotContains(t, stdout+stderr, "\x1b", "%v: no escape reaches the terminal", args)
+		require.Contains(t, stdout+stderr, `bill\x1b[2Jing`, "%v: the name is shown, escaped", args)
 	}
 }

@@ -146,9 +146,11 @@ func runDoctor(ctx context.Context, e *Env, args []string) error {
 	} else {
 		tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 		for _, ch := range out.Checks {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, ch.Message)
+			// A message quotes what the database holds (consumer names,
+			// steps) and says: it is escaped for the terminal.
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, command.Text(ch.Message))
 			if ch.Fix != "" {
-				fmt.Fprintf(tw, "\t\t→ %s\n", ch.Fix)
+				fmt.Fprintf(tw, "\t\t→ %s\n", command.Text(ch.Fix))
 			}
 		}
 		if err := tw.Flush(); err != nil {
