@@ -42,6 +42,12 @@ func TestUsageErrors(t *testing.T) {
 		{"purge", "--older-than", "3x"},
 		{"purge", "--older-than", "-5d"},
 		{"purge", "--older-than", "30d", "--batch", "0"},
+		// Windows inside the replay horizon, refused before any database
+		// is reached (there is none here).
+		{"purge", "--older-than", "0s"},
+		{"purge", "--older-than", "13d"},
+		{"partitions", "drop", "--retention", "14d"},
+		{"partitions", "drop", "--retention", "20d", "--replay-horizon", "20d"},
 		{"forget", "--consumer", "billing"},
 		{"frobnicate"},
 		{"stats", "extra-arg"},
@@ -150,7 +156,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	require.Contains(t, stdout, `"consumer":"billing","rows":4`)
 
 	code, _, stderr = run(t, env, append([]string{"purge", "--older-than", "7d"}, db...)...)
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a window inside the replay horizon is a usage mistake")
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, "replay horizon is 14d")
 

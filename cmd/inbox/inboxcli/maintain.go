@@ -40,6 +40,11 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 			return err
 		}
 	}
+	// A window inside the replay horizon is refused before any database
+	// is reached, as the other mistakes of the command line are.
+	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
+		return command.Usagef("%s", command.Message(err))
+	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 		return purge(ctx, e, c, olderThan.Value, *consumer, *batch, *dryRun)
