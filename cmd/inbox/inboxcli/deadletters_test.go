@@ -64,9 +64,17 @@ func TestDeadLetters(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, `"payload":"/wA=","payload_base64":true`)
 
+	// A delete says which message the ID named: with --dry-run, before
+	// deleting anything.
+	what := fmt.Sprintf("dead letter %d (consumer billing, message %s, reason permanent, 1 attempt)\n", list[0].ID, id)
+	code, stdout, stderr = run(t, env, append([]string{"deadletters", "delete", fmt.Sprint(list[0].ID), "--dry-run"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "would delete "+what, stdout)
+	code, _, stderr = run(t, env, append([]string{"deadletters", "show", fmt.Sprint(list[0].ID)}, db...)...)
+	require.Equal(t, 0, code, "the dry run deleted nothing: %s", stderr)
 	code, stdout, _ = run(t, env, append([]string{"deadletters", "delete", fmt.Sprint(list[0].ID)}, db...)...)
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, "deleted dead letter")
+	require.Equal(t, "deleted "+what, stdout)
 	code, _, stderr = run(t, env, append([]string{"deadletters", "show", fmt.Sprint(list[0].ID)}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
