@@ -55,6 +55,23 @@ func int64s(vs []int) []int64 {
 	return out
 }
 
+// CheckTables returns the error Up and Down return when tables of applied
+// migrations are missing (wrapping ErrTablesMissing, and naming them), or
+// nil when none is, only reading: a tool that meets a missing table says
+// the same as the migrator.
+func (m *Migrator) CheckTables(ctx context.Context) error {
+	applied, err := m.Applied(ctx)
+	if err != nil {
+		return err
+	}
+	vs := int64s(applied)
+	missing, err := m.missing(ctx, vs)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	return m.tablesMissingError(vs, missing)
+}
+
 // missing returns the tables that the applied migrations made and that do
 // not exist, when the store reads its catalog (inboxdriver.Catalog).
 func (m *Migrator) missing(ctx context.Context, applied []int64) ([]string, error) {

@@ -245,15 +245,16 @@ func (d *doctor) checkSchema(ctx context.Context) {
 		if len(vs) > 0 {
 			cur = vs[len(vs)-1]
 		}
-		missing, err := m.Missing(ctx)
-		if err != nil {
-			d.set("schema", checkFail, fmt.Sprintf("cannot look for the tables of %s: %s", st.what, errText(err)), "")
-			return
-		}
-		if len(missing) > 0 {
-			d.set("schema", checkFail, fmt.Sprintf("%s records migration %d, but table %s does not exist: it was migrated under other names", st.what, cur, strings.Join(missing, ", ")),
+		switch err := m.CheckTables(ctx); {
+		case errors.Is(err, inboxmigrate.ErrTablesMissing):
+			// The migrator's own words, which 'inbox migrate' and the
+			// other commands say.
+			d.set("schema", checkFail, fmt.Sprintf("%s: %s", st.what, errText(err)),
 				"migrate these table names in a schema of their own (--schema), or give the names the tables have")
 			d.noTables = true
+			return
+		case err != nil:
+			d.set("schema", checkFail, fmt.Sprintf("cannot look for the tables of %s: %s", st.what, errText(err)), "")
 			return
 		}
 		switch {

@@ -72,9 +72,9 @@ func (s *store) explain(ctx context.Context, err error) error {
 		in = fmt.Sprintf("schema %q of %s", s.schema, in)
 	}
 	if m, merr := inboxmigrate.New(s.admin); merr == nil {
-		if missing, merr := m.Missing(ctx); merr == nil && len(missing) > 0 {
-			return &missingTablesError{msg: fmt.Sprintf("%s has the inbox migrations, but not table %s: those were made under other names; migrate these names in a schema of their own (--schema)",
-				in, strings.Join(missing, ", ")), err: err}
+		// The migrator's own words, which 'inbox migrate' and doctor say.
+		if terr := m.CheckTables(ctx); errors.Is(terr, inboxmigrate.ErrTablesMissing) {
+			return &missingTablesError{msg: fmt.Sprintf("%s: %s (--schema)", in, command.Message(terr)), err: err}
 		}
 	}
 	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.Message(cause(err))), err: err}
