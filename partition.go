@@ -83,10 +83,15 @@ func (c *Config) validatePartitions(d inboxdriver.Admin) error {
 	if d.Tables().Layout != inboxdriver.LayoutPartitioned {
 		return nil
 	}
-	return checkPartitionRetention(c.Retention, c.ReplayHorizon, partitionConfig(d).MaxSkew)
+	return CheckPartitionRetention(c.Retention, c.ReplayHorizon, partitionConfig(d).MaxSkew)
 }
 
-func checkPartitionRetention(retention, horizon, skew time.Duration) error {
+// CheckPartitionRetention returns an error wrapping ErrWindowTooShort
+// when dropping the partitions whose ids are older than retention could
+// drop a day inside the replay horizon, given producers' clocks up to skew
+// apart from the database's. Admin.MaintainPartitions checks it; a tool
+// checks it with it before it reaches a store.
+func CheckPartitionRetention(retention, horizon, skew time.Duration) error {
 	if retention < horizon+skew {
 		return fmt.Errorf("inbox: a retention of %s is shorter than the replay horizon %s plus the producers' clock skew %s (PartitionConfig.MaxSkew): the partitioned inbox counts retention from the event's time, and a replay inside the horizon would find its day dropped: %w",
 			FormatDuration(retention), FormatDuration(horizon), FormatDuration(skew), ErrWindowTooShort)
@@ -213,7 +218,7 @@ func (a *Admin) MaintainPartitions(ctx context.Context, p MaintainPartitionsPara
 		p.Retention = a.config.Retention
 	}
 	if p.Drop {
-		if err := checkPartitionRetention(p.Retention, a.config.ReplayHorizon, pt.PartitionConfig().MaxSkew); err != nil {
+		if err := CheckPartitionRetention(p.Retention, a.config.ReplayHorizon, pt.PartitionConfig().MaxSkew); err != nil {
 			return nil, err
 		}
 	}

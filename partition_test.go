@@ -75,8 +75,8 @@ func FuzzULIDAsUUID(f *testing.F) {
 func TestPartitionRetentionGuard(t *testing.T) {
 	t.Parallel()
 	const day = 24 * 60 * 60 * 1e9
-	require.NoError(t, checkPartitionRetention(15*day, 14*day, day))
-	err := checkPartitionRetention(14*day+day/2, 14*day, day)
+	require.NoError(t, CheckPartitionRetention(15*day, 14*day, day))
+	err := CheckPartitionRetention(14*day+day/2, 14*day, day)
 	require.ErrorIs(t, err, ErrWindowTooShort)
 	require.ErrorContains(t, err, "14d12h")
 }

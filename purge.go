@@ -25,6 +25,18 @@ type PurgeParams struct {
 	Progress func(deleted int64)
 }
 
+// CheckPurgeWindow returns an error wrapping ErrWindowTooShort when a
+// purge of the rows older than olderThan would delete rows inside the
+// replay horizon, where a replayed message would look new. Admin.Purge
+// checks it; a tool checks it with it before it reaches a store.
+func CheckPurgeWindow(olderThan, horizon time.Duration) error {
+	if olderThan < horizon {
+		return fmt.Errorf("inbox: purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new: %w",
+			FormatDuration(olderThan), FormatDuration(horizon), trimPrefix{ErrWindowTooShort})
+	}
+	return nil
+}
+
 // Purge deletes inbox rows older than p.OlderThan, with the effect-ledger
 // rows of the same messages, in batches of at most p.BatchSize, until a batch
 // comes back short. Each batch is its own short transaction that skips rows
@@ -37,9 +49,8 @@ type PurgeParams struct {
 // and be applied twice. It returns the number of rows deleted, or with
 // p.DryRun the number it would delete.
 func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
-	if p.OlderThan < a.config.ReplayHorizon {
-		return 0, fmt.Errorf("inbox: purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new: %w",
-			FormatDuration(p.OlderThan), FormatDuration(a.config.ReplayHorizon), trimPrefix{ErrWindowTooShort})
+	if err := CheckPurgeWindow(p.OlderThan, a.config.ReplayHorizon); err != nil {
+		return 0, err
 	}
 	if p.Consumer != "" {
 		if err := ValidateConsumer(p.Consumer); err != nil {

@@ -119,10 +119,20 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Info, error) {
 
 // Down reverts applied migrations, newest first, until the store is at
 // version (0 reverts all), and returns those it reverted. Reverting drops
-// tables: the inbox rows and dead letters in them are lost.
+// tables: the inbox rows and dead letters in them are lost. Like Up, it
+// changes nothing and returns ErrTablesMissing when tables of applied
+// migrations are missing: the version table then records other table
+// names, whose migrations a revert would undo.
 func (m *Migrator) Down(ctx context.Context, version int) ([]Info, error) {
 	var done []Info
 	err := m.locked(ctx, func(ctx context.Context, applied []int64) error {
+		missing, err := m.missing(ctx, applied)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return m.tablesMissingError(applied, missing)
+		}
 		for i := len(migrations) - 1; i >= 0; i-- {
 			mg := migrations[i]
 			if mg.version <= version || !slices.Contains(applied, int64(mg.version)) {

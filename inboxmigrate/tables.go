@@ -42,11 +42,34 @@ func (m *Migrator) Missing(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	vs := make([]int64, len(applied))
-	for i, v := range applied {
-		vs[i] = int64(v)
+	return m.missing(ctx, int64s(applied))
+}
+
+// int64s converts Applied's versions to the form the version table's
+// queries return.
+func int64s(vs []int) []int64 {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		out[i] = int64(v)
 	}
-	return m.missing(ctx, vs)
+	return out
+}
+
+// CheckTables returns the error Up and Down return when tables of applied
+// migrations are missing (wrapping ErrTablesMissing, and naming them), or
+// nil when none is, only reading: a tool that meets a missing table says
+// the same as the migrator.
+func (m *Migrator) CheckTables(ctx context.Context) error {
+	applied, err := m.Applied(ctx)
+	if err != nil {
+		return err
+	}
+	vs := int64s(applied)
+	missing, err := m.missing(ctx, vs)
+	if err != nil || len(missing) == 0 {
+		return err
+	}
+	return m.tablesMissingError(vs, missing)
 }
 
 // missing returns the tables that the applied migrations made and that do
@@ -99,11 +122,20 @@ type TableRows struct {
 // Plan returns the migrations that Down(ctx, version) would revert, newest
 // first, with the tables each drops and the rows they hold now, without
 // changing anything: a command shows it before it reverts, and refuses to
-// drop rows unless told to.
+// drop rows unless told to. It returns ErrTablesMissing, as Down does, when
+// tables of applied migrations are missing.
 func (m *Migrator) Plan(ctx context.Context, version int) ([]Step, error) {
 	applied, err := m.Applied(ctx)
 	if err != nil {
 		return nil, err
+	}
+	vs := int64s(applied)
+	missing, err := m.missing(ctx, vs)
+	if err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		return nil, m.tablesMissingError(vs, missing)
 	}
 	var steps []Step
 	for i := len(migrations) - 1; i >= 0; i-- {

@@ -26,9 +26,11 @@ func (d *Driver) Classify(err error) inboxdriver.ErrorClass {
 	if errors.As(err, &connectErr) || errors.Is(err, ErrCommitTimeout) {
 		return inboxdriver.ClassUnavailable
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return classifyCode(pgErr.Code)
+	// A server error (*pgconn.PgError), or one of this module's that says
+	// what the server would have said.
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		return classifyCode(st.SQLState())
 	}
 	// A context that ended is the caller's doing, not the store's, even
 	// when pgx reports it as a network timeout.

@@ -134,9 +134,10 @@ func (p *Program) printHelp(w io.Writer) {
 
 // Message is err's text as a command prints it: on one line, without the
 // root package's "inbox: " before each of its parts, which the command's
-// own prefix already says.
+// own prefix already says, and with the control characters of any stored
+// text it quotes escaped (Text).
 func Message(err error) string {
-	return OneLine(packagePrefix.ReplaceAllString(err.Error(), "$1"))
+	return Text(OneLine(packagePrefix.ReplaceAllString(err.Error(), "$1")))
 }
 
 // packagePrefix is the root package's prefix of its errors, where it

@@ -1,6 +1,9 @@
 package command_test
 
 import (
+	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -33,4 +36,19 @@ func TestPayload(t *testing.T) {
 	require.Equal(t, `(base64, 3 bytes) AP8B`, command.Payload([]byte{0, 0xff, 1}, 100))
 	require.Equal(t, `(text, 10 bytes) 01234…`, command.Payload([]byte("0123456789"), 5))
 	require.Equal(t, `(none)`, command.Payload(nil, 5))
+}
+
+// A command's error can quote stored text (a dead letter's error, a name):
+// it is printed on one line with its control characters escaped.
+func TestErrorsAreEscaped(t *testing.T) {
+	t.Parallel()
+	p := &command.Program{Name: "inbox", Commands: map[string]command.Command{
+		"show": {Run: func(ctx context.Context, e *command.Env, args []string) error {
+			return errors.New("dead letter of bill\x1b[2Jing:\nboom\a")
+		}},
+	}}
+	var out, errOut bytes.Buffer
+	code := p.Main(context.Background(), []string{"show"}, &command.Env{Stdout: &out, Stderr: &errOut})
+	require.Equal(t, 1, code)
+	require.Equal(t, `inbox show: dead letter of bill\x1b[2Jing: boom\x07`+"\n", errOut.String())
 }

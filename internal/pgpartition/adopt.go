@@ -82,7 +82,7 @@ func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 	}
 	switch {
 	case k.inbox == "":
-		return nil, fmt.Errorf("inbox: adopt: the inbox table %s does not exist: run 'inbox migrate up'", m.parent)
+		return nil, &missingTableError{table: m.parent, op: "adopt: "}
 	case k.inbox == "p" && k.frozen != "":
 		rep.AlreadyAdopted = true
 		rep.State, err = m.State(ctx)

@@ -85,6 +85,21 @@ func (m *Maintainer) qualify(name string) string {
 
 var boundRE = regexp.MustCompile(`^FOR VALUES FROM \('([0-9a-f-]{36})'\) TO \('([0-9a-f-]{36})'\)$`)
 
+// missingTableError says that the inbox table does not exist. It carries
+// the SQLSTATE that Postgres gives a statement on a missing table
+// (undefined_table), so that the stores classify it as they classify the
+// server's own: inboxdriver.ClassNotMigrated, which the root package
+// reports as inbox.ErrNotMigrated and the inbox command as its hint to run
+// 'inbox migrate up'.
+type missingTableError struct{ table, op string }
+
+func (e *missingTableError) Error() string {
+	return fmt.Sprintf("inbox: %sthe inbox table %s does not exist", e.op, e.table)
+}
+
+// SQLState returns Postgres's undefined_table.
+func (e *missingTableError) SQLState() string { return "42P01" }
+
 // State lists the partitions, on the database's clock.
 func (m *Maintainer) State(ctx context.Context) (*inboxtype.PartitionState, error) {
 	st := &inboxtype.PartitionState{}
@@ -100,7 +115,7 @@ func (m *Maintainer) State(ctx context.Context) (*inboxtype.PartitionState, erro
 	case err != nil:
 		return nil, err
 	case !found:
-		return nil, fmt.Errorf("inbox: the inbox table %s does not exist: run 'inbox migrate up'", m.parent)
+		return nil, &missingTableError{table: m.parent}
 	case kind != "p":
 		return nil, fmt.Errorf("inbox: the inbox table %s is not partitioned: it was migrated with the plain layout, so configure the store with Tables.Layout %q, or move it to the partitioned layout with 'inbox partitions adopt'", m.parent, inboxdriver.LayoutPlain)
 	case version < minServerVersion:

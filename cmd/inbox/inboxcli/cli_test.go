@@ -42,6 +42,12 @@ func TestUsageErrors(t *testing.T) {
 		{"purge", "--older-than", "3x"},
 		{"purge", "--older-than", "-5d"},
 		{"purge", "--older-than", "30d", "--batch", "0"},
+		// Windows inside the replay horizon, refused before any database
+		// is reached (there is none here).
+		{"purge", "--older-than", "0s"},
+		{"purge", "--older-than", "13d"},
+		{"partitions", "drop", "--retention", "14d"},
+		{"partitions", "drop", "--retention", "20d", "--replay-horizon", "20d"},
 		{"forget", "--consumer", "billing"},
 		{"frobnicate"},
 		{"stats", "extra-arg"},
@@ -150,7 +156,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	require.Contains(t, stdout, `"consumer":"billing","rows":4`)
 
 	code, _, stderr = run(t, env, append([]string{"purge", "--older-than", "7d"}, db...)...)
-	require.Equal(t, 1, code)
+	require.Equal(t, 2, code, "a window inside the replay horizon is a usage mistake")
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, "replay horizon is 14d")
 
@@ -241,8 +247,13 @@ func TestMissingTables(t *testing.T) {
 		{"deadletters", "list", "--schema", schema},
 		{"deadletters", "show", "1", "--schema", schema},
 		{"deadletters", "delete", "1", "--schema", schema},
+		{"deadletters", "replay", "1", "--schema", schema},
 		{"outbox", "list", "--schema", schema},
 		{"outbox", "stats", "--schema", schema},
+		{"outbox", "retry", id, "--schema", schema},
+		{"partitions", "list", "--schema", schema},
+		{"partitions", "premake", "--schema", schema},
+		{"partitions", "adopt", "--dry-run", "--schema", schema},
 		{"stats", "--database-url", sqlite},
 		{"deadletters", "list", "--database-url", sqlite},
 	} {
@@ -250,7 +261,10 @@ func TestMissingTables(t *testing.T) {
 		require.Equal(t, 1, code, "%v: %s", args, stderr)
 		require.Empty(t, stdout, "%v", args)
 		requireOneLine(t, stderr)
-		require.Contains(t, stderr, "run 'inbox migrate up'", "%v", args)
+		// One hint, the same for every command: the store's own words in
+		// parentheses, once.
+		require.Regexp(t, `^inbox \w+: the inbox tables in .* are missing or not migrated to the latest version \([^()]*(\([^()]*\))?[^()]*\): run 'inbox migrate up' with the same flags\n$`, stderr, "%v", args)
+		require.Equal(t, 1, strings.Count(stderr, "not migrated"), "%v: %s", args, stderr)
 		if strings.HasPrefix(args[len(args)-1], "sqlite:") {
 			require.Contains(t, stderr, "the database at "+strings.TrimPrefix(sqlite, "sqlite:"), "%v", args)
 		} else {

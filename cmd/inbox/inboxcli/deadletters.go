@@ -1,6 +1,7 @@
 package inboxcli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,11 +77,13 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			return tw.Flush()
 		})
 	case "show", "delete":
-		fs := command.NewFlags(e, "deadletters "+sub, "deadletters "+sub+" ID [flags]")
+		fs := command.NewFlags(e, "deadletters "+sub, "deadletters "+sub+" ID"+map[bool]string{true: " [--dry-run]"}[sub == "delete"]+" [flags]")
 		sf.register(fs)
-		asJSON := new(bool)
+		asJSON, dryRun := new(bool), new(bool)
 		if sub == "show" {
 			asJSON = fs.Bool("json", false, "print one JSON object")
+		} else {
+			dryRun = fs.Bool("dry-run", false, "say which dead letter would be deleted, and delete nothing")
 		}
 		// Take the ID before the flags too: 'show 7 --json'.
 		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -97,16 +100,24 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			return command.Usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
 		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
-			if sub == "delete" {
-				if err := c.DeleteDeadLetter(ctx, id); err != nil {
-					return err
-				}
-				fmt.Fprintf(e.Stdout, "deleted dead letter %d\n", id)
-				return nil
-			}
 			d, err := c.GetDeadLetter(ctx, id)
 			if err != nil {
 				return err
+			}
+			if sub == "delete" {
+				// Say which message the ID named, so that a mistyped ID
+				// is seen: with --dry-run before anything is deleted.
+				what := fmt.Sprintf("dead letter %d (consumer %s, message %s, reason %s, %s)", id, command.Text(d.Consumer),
+					command.Text(cmp.Or(d.MessageID, "(no valid id)")), command.Text(d.Reason), command.Count(d.Attempts, "attempt", "attempts"))
+				if *dryRun {
+					fmt.Fprintf(e.Stdout, "would delete %s\n", what)
+					return nil
+				}
+				if err := c.DeleteDeadLetter(ctx, id); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.Stdout, "deleted %s\n", what)
+				return nil
 			}
 			if *asJSON {
 				return json.NewEncoder(e.Stdout).Encode(toJSON(d))
@@ -162,11 +173,11 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 				return err
 			}
 			if marked == 0 {
-				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, d.Consumer)
+				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, command.Text(d.Consumer))
 				return nil
 			}
 			fmt.Fprintf(e.Stdout, "marked dead letter %d (%s, message %s) for replay: the next inbox.Client.ProcessReplays for %s replays it with the handler\n",
-				id, d.Consumer, d.MessageID, d.Consumer)
+				id, command.Text(d.Consumer), command.Text(d.MessageID), command.Text(d.Consumer))
 			return nil
 		})
 	case *consumer == "" && *all:

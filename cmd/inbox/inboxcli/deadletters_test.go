@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -63,9 +64,17 @@ func TestDeadLetters(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, `"payload":"/wA=","payload_base64":true`)
 
+	// A delete says which message the ID named: with --dry-run, before
+	// deleting anything.
+	what := fmt.Sprintf("dead letter %d (consumer billing, message %s, reason permanent, 1 attempt)\n", list[0].ID, id)
+	code, stdout, stderr = run(t, env, append([]string{"deadletters", "delete", fmt.Sprint(list[0].ID), "--dry-run"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "would delete "+what, stdout)
+	code, _, stderr = run(t, env, append([]string{"deadletters", "show", fmt.Sprint(list[0].ID)}, db...)...)
+	require.Equal(t, 0, code, "the dry run deleted nothing: %s", stderr)
 	code, stdout, _ = run(t, env, append([]string{"deadletters", "delete", fmt.Sprint(list[0].ID)}, db...)...)
 	require.Equal(t, 0, code)
-	require.Contains(t, stdout, "deleted dead letter")
+	require.Equal(t, "deleted "+what, stdout)
 	code, _, stderr = run(t, env, append([]string{"deadletters", "show", fmt.Sprint(list[0].ID)}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
@@ -254,5 +263,46 @@ func TestDeadLetterShowIsSafeOnATerminal(t *testing.T) {
 			require.Contains(t, stdout, `header:      a-first: \x1b[2Jcleared`)
 			require.Contains(t, stdout, `header:      m-mid: rtl\u202eevil`)
 		}
+	}
+}
+
+// Text written by another tool, or by an older version that did not check
+// names, reaches no terminal raw: a consumer name that holds an escape
+// sequence is shown escaped by every command that prints it, in its
+// output and in its errors.
+func TestStoredNamesAreEscapedEverywhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := migratedPgx(t)
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	id := inboxtest.NewID()
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id},
+		inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })))
+	_, _, err = d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
+		EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: "capture"}, Now: time.Now().Add(-time.Hour)})
+	require.NoError(t, err)
+	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing",
+		Message: inbox.Message{ID: inboxtest.NewID()}, Err: inbox.Permanent(errors.New("boom")), Attempts: 1}))
+	const evil = "bill\x1b[2Jing"
+	for _, table := range []string{"inbox", "inbox_dead_letters", "inbox_effects"} {
+		_, err := inboxcli.SharedPool(t).Exec(ctx, `UPDATE `+pgx.Identifier{schema, table}.Sanitize()+` SET consumer_name = $1`, evil)
+		require.NoError(t, err)
+	}
+	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+
+	for _, args := range [][]string{
+		{"stats"},
+		{"deadletters", "list"},
+		{"deadletters", "replay", fmt.Sprint(list[0].ID)},
+		{"deadletters", "replay", fmt.Sprint(list[0].ID)}, // already marked
+		{"doctor"},
+	} {
+		_, stdout, stderr := run(t, env, append(args, "--schema", schema)...)
+		require.NotContains(t, stdout+stderr, "\x1b", "%v: no escape reaches the terminal", args)
+		require.Contains(t, stdout+stderr, `bill\x1b[2Jing`, "%v: the name is shown, escaped", args)
 	}
 }

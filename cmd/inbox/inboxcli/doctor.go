@@ -146,9 +146,11 @@ func runDoctor(ctx context.Context, e *Env, args []string) error {
 	} else {
 		tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 		for _, ch := range out.Checks {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, ch.Message)
+			// A message quotes what the database holds (consumer names,
+			// steps) and says: it is escaped for the terminal.
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", ch.Status, ch.Name, command.Text(ch.Message))
 			if ch.Fix != "" {
-				fmt.Fprintf(tw, "\t\t→ %s\n", ch.Fix)
+				fmt.Fprintf(tw, "\t\t→ %s\n", command.Text(ch.Fix))
 			}
 		}
 		if err := tw.Flush(); err != nil {
@@ -177,7 +179,7 @@ func (d *doctor) run(ctx context.Context, e *Env) {
 	d.checkPurgeIndex(ctx)
 	if d.noTables {
 		for _, name := range []string{"coverage", "grants", "stuck_effects", "dead_letters", "outbox_lag"} {
-			d.set(name, checkSkip, "the store is not migrated (see schema)", "")
+			d.set(name, checkSkip, notMigratedSkip, "")
 		}
 		d.checkKafka(ctx, -1)
 		d.checkSQS(ctx, e, -1)
@@ -203,6 +205,10 @@ func errText(err error) string {
 }
 
 const migrateFix = "run 'inbox migrate up' with the same flags"
+
+// notMigratedSkip is the message of a check skipped because the schema
+// check found the tables missing.
+const notMigratedSkip = "the store is not migrated (see schema)"
 
 func (d *doctor) checkSchema(ctx context.Context) {
 	latest := inboxmigrate.Latest()
@@ -239,15 +245,16 @@ func (d *doctor) checkSchema(ctx context.Context) {
 		if len(vs) > 0 {
 			cur = vs[len(vs)-1]
 		}
-		missing, err := m.Missing(ctx)
-		if err != nil {
-			d.set("schema", checkFail, fmt.Sprintf("cannot look for the tables of %s: %s", st.what, errText(err)), "")
-			return
-		}
-		if len(missing) > 0 {
-			d.set("schema", checkFail, fmt.Sprintf("%s records migration %d, but table %s does not exist: it was migrated under other names", st.what, cur, strings.Join(missing, ", ")),
+		switch err := m.CheckTables(ctx); {
+		case errors.Is(err, inboxmigrate.ErrTablesMissing):
+			// The migrator's own words, which 'inbox migrate' and the
+			// other commands say.
+			d.set("schema", checkFail, fmt.Sprintf("%s: %s", st.what, errText(err)),
 				"migrate these table names in a schema of their own (--schema), or give the names the tables have")
 			d.noTables = true
+			return
+		case err != nil:
+			d.set("schema", checkFail, fmt.Sprintf("cannot look for the tables of %s: %s", st.what, errText(err)), "")
 			return
 		}
 		switch {
@@ -273,6 +280,12 @@ func (d *doctor) checkSchema(ctx context.Context) {
 
 func (d *doctor) checkPurgeIndex(ctx context.Context) {
 	t := d.tables()
+	if d.noTables {
+		// The schema check says what to do; an index of a table that was
+		// never migrated here is no finding of its own.
+		d.set("purge_index", checkSkip, notMigratedSkip, "")
+		return
+	}
 	if t.Layout == inboxdriver.LayoutPartitioned {
 		d.set("purge_index", checkSkip, "the inbox is partitioned: retention drops whole partitions, with no index", "")
 		return

@@ -40,6 +40,11 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 			return err
 		}
 	}
+	// A window inside the replay horizon is refused before any database
+	// is reached, as the other mistakes of the command line are.
+	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
+		return command.Usagef("%s", command.Message(err))
+	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 		return purge(ctx, e, c, olderThan.Value, *consumer, *batch, *dryRun)
@@ -234,7 +239,7 @@ func stats(ctx context.Context, e *Env, c *inbox.Admin, stuckAfter time.Duration
 	tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tROWS\tOLDEST\tNEWEST")
 	for _, cs := range out.Consumers {
-		fmt.Fprintf(tw, "%s\t%d\t%s ago\t%s ago\n", cs.Consumer, cs.Rows,
+		fmt.Fprintf(tw, "%s\t%d\t%s ago\t%s ago\n", command.Text(cs.Consumer), cs.Rows,
 			inbox.FormatDuration(now.Sub(cs.Oldest).Round(time.Second)), inbox.FormatDuration(now.Sub(cs.Newest).Round(time.Second)))
 	}
 	if len(out.Consumers) == 0 {
@@ -254,7 +259,7 @@ func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now tim
 	fmt.Fprintf(w, "\nremote effects started over %s ago and never done: ", inbox.FormatDuration(after))
 	switch {
 	case out.StuckEffectsError != "":
-		fmt.Fprintf(w, "unknown (%s)\n", out.StuckEffectsError)
+		fmt.Fprintf(w, "unknown (%s)\n", command.Text(out.StuckEffectsError))
 		return
 	case len(out.StuckEffects) == 0:
 		fmt.Fprintln(w, "none")
@@ -267,7 +272,7 @@ func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now tim
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CONSUMER\tMESSAGE ID\tSTEP\tATTEMPTS\tSTARTED")
 	for _, se := range out.StuckEffects {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\n", se.Consumer, se.MessageID, se.Step, se.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\n", command.Text(se.Consumer), command.Text(se.MessageID), command.Text(se.Step), se.Attempts,
 			inbox.FormatDuration(now.Sub(se.StartedAt).Round(time.Second)))
 	}
 	tw.Flush()

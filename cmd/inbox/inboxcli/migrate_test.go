@@ -92,12 +92,41 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, exists, "the refused migration created nothing")
 
+	// Nor does down revert the migrations the version table records for
+	// the default names: one step would drop the outbox's index, and --to
+	// 0 the default outbox with its events.
+	for _, args := range [][]string{{"migrate", "down"}, {"migrate", "down", "--dry-run"}, {"migrate", "down", "--to", "0", "--force"}} {
+		code, stdout, stderr = run(t, env, append(args, custom...)...)
+		require.Equal(t, 1, code, "%q: %s", args, stderr)
+		require.Empty(t, stdout, "%q", args)
+		requireOneLine(t, stderr)
+		require.Contains(t, stderr, "table custom_inbox does not exist", "%q", args)
+	}
+	m, err := inboxmigrate.New(d)
+	require.NoError(t, err)
+	applied, err := m.Applied(ctx)
+	require.NoError(t, err)
+	require.Equal(t, inboxmigrate.Latest(), applied[len(applied)-1], "the refused reverts changed nothing")
+	exists, err = d.TableExists(ctx, "outbox")
+	require.NoError(t, err)
+	require.True(t, exists)
+
+	// stats and doctor say what migrate says, in the same words.
+	said := fmt.Sprintf("inbox_migrations records migrations up to %03d, but table custom_inbox does not exist: one version table serves one set of table names, so migrate other names in a schema of their own", inboxmigrate.Latest())
+	code, _, stderr = run(t, env, append([]string{"migrate", "up"}, custom...)...)
+	require.Equal(t, 1, code, stderr)
+	require.Contains(t, stderr, said)
 	code, _, stderr = run(t, env, append([]string{"stats"}, custom...)...)
 	require.Equal(t, 1, code, stderr)
-	require.Contains(t, stderr, "not table custom_inbox")
+	requireOneLine(t, stderr)
+	require.Contains(t, stderr, said)
 	code, stdout, _ = run(t, env, append([]string{"doctor"}, custom...)...)
 	require.Equal(t, 1, code)
 	require.Regexp(t, `fail\s+schema\s+.*custom_inbox does not exist`, stdout)
+	require.Contains(t, stdout, said)
+	// No check tells the user to run the 'migrate up' that refuses.
+	require.NotContains(t, stdout, "inbox migrate up")
+	require.Regexp(t, `skip\s+purge_index\s+the store is not migrated`, stdout)
 
 	own := testdb.Schema(t)
 	code, stdout, stderr = run(t, env, "migrate", "up", "--schema", own, "--table", "custom_inbox")

@@ -86,6 +86,9 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 				return command.Usagef("--retention is required")
 			}
 			p.Retention = retention.Value
+			if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
+				return command.Usagef("%s", command.Message(err))
+			}
 		}
 		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 			rep, err := c.MaintainPartitions(ctx, p)

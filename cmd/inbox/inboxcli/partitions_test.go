@@ -86,7 +86,7 @@ func TestPartitions(t *testing.T) {
 	require.Contains(t, stdout, `"partitions":{"now":`)
 
 	code, _, stderr = run(t, env, cmd("partitions", "drop", "--retention", "7d")...)
-	require.Equal(t, 1, code, "a retention inside the replay horizon")
+	require.Equal(t, 2, code, "a retention inside the replay horizon is a usage mistake")
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, "shorter than the replay horizon 14d plus")
 	code, stdout, stderr = run(t, env, cmd("partitions", "drop", "--retention", "10d", "--replay-horizon", "7d", "--dry-run")...)

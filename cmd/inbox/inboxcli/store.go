@@ -72,12 +72,12 @@ func (s *store) explain(ctx context.Context, err error) error {
 		in = fmt.Sprintf("schema %q of %s", s.schema, in)
 	}
 	if m, merr := inboxmigrate.New(s.admin); merr == nil {
-		if missing, merr := m.Missing(ctx); merr == nil && len(missing) > 0 {
-			return &missingTablesError{msg: fmt.Sprintf("%s has the inbox migrations, but not table %s: those were made under other names; migrate these names in a schema of their own (--schema)",
-				in, strings.Join(missing, ", ")), err: err}
+		// The migrator's own words, which 'inbox migrate' and doctor say.
+		if terr := m.CheckTables(ctx); errors.Is(terr, inboxmigrate.ErrTablesMissing) {
+			return &missingTablesError{msg: fmt.Sprintf("%s: %s (--schema)", in, command.Message(terr)), err: err}
 		}
 	}
-	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.OneLine(cause(err).Error())), err: err}
+	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.Message(cause(err))), err: err}
 }
 
 // missingTablesError is an error that store.explain rewrote. It keeps the
@@ -99,13 +99,26 @@ func (s *store) notMigrated(err error) bool {
 }
 
 // cause is the innermost error that err wraps: the server's own words.
+// Of an error that wraps several, such as the root package's marking of a
+// store's error with its sentinel, it follows the last: the store's.
 func cause(err error) error {
 	for {
-		next := errors.Unwrap(err)
-		if next == nil {
+		switch u := err.(type) {
+		case interface{ Unwrap() []error }:
+			errs := u.Unwrap()
+			if len(errs) == 0 {
+				return err
+			}
+			err = errs[len(errs)-1]
+		case interface{ Unwrap() error }:
+			next := u.Unwrap()
+			if next == nil {
+				return err
+			}
+			err = next
+		default:
 			return err
 		}
-		err = next
 	}
 }
 
