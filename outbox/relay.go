@@ -560,6 +560,7 @@ func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outc
 		if round > 0 {
 			batch = batch[:0]
 		}
+		free := len(batch) // the unordered rows, in the first round
 		for k, run := range runs {
 			sent[k] = 0
 			for j := pos[k]; j < len(run); j++ {
@@ -585,13 +586,9 @@ func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outc
 				got[j] = err
 			}
 		}
-		result := make(map[int]error, len(batch))
-		for j, i := range batch {
-			result[i] = got[j]
-		}
 		down := false
-		set := func(i int) {
-			switch err := result[i]; {
+		set := func(i int, err error) {
+			switch {
 			case err == nil:
 				outcome[i] = confirmed
 			case IsUnavailable(err):
@@ -601,38 +598,29 @@ func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outc
 				outcome[i], errs[i] = rejected, err
 			}
 		}
-		for _, i := range batch[:len(batch)-countOrdered(sent)] {
-			set(i) // the unordered rows, in the first round
+		for j, i := range batch[:free] {
+			set(i, got[j])
 		}
+		next := free // got's first result of the key's rows
 		for k, run := range runs {
-			if sent[k] == 0 {
-				continue
-			}
-			end := pos[k] + sent[k]
-			for ; pos[k] < end; pos[k]++ {
+			res := got[next : next+sent[k]]
+			next += sent[k]
+			for _, err := range res {
 				i := run[pos[k]]
-				set(i)
+				set(i, err)
 				if outcome[i] != confirmed {
 					// The key stops at its first failure: the rest of
 					// its rows stay untried, and are released.
 					pos[k] = len(run)
 					break
 				}
+				pos[k]++
 			}
 		}
 		if down {
 			return
 		}
 	}
-}
-
-// countOrdered adds up sent.
-func countOrdered(sent []int) int {
-	n := 0
-	for _, s := range sent {
-		n += s
-	}
-	return n
 }
 
 // record is the Record of row.
