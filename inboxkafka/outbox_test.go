@@ -175,6 +175,32 @@ func TestOutboxSinkClassifiesErrors(t *testing.T) {
 	require.True(t, outbox.IsUnavailable(errs[0]), "an unreachable broker is unavailable: %v", errs[0])
 }
 
+// The Kafka sink is not an outbox.KeyOrderSink: kgo fails a record too
+// large for a batch on its own before buffering it, and goes on with the
+// next record of the same key and partition, so a key's run in one call
+// could reach Kafka with a gap. (A fatal error on a batch the broker
+// answers likewise lets the key's records buffered after it through, under
+// a new producer epoch.) The relay therefore gives it one record per key
+// per call.
+func TestOutboxSinkDoesNotStopAKeyAfterAFailure(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, protocolNamed("classic"), envOpts{partitions: 1})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.seeds...), kgo.ProducerBatchMaxBytes(1000))
+	require.NoError(t, err)
+	t.Cleanup(cl.Close)
+	sink := inboxkafka.NewOutboxSink(cl)
+	_, declares := any(sink).(outbox.KeyOrderSink)
+	require.False(t, declares, "the Kafka sink must not declare that it keeps a key's order within a call")
+	key := []byte("k")
+	rec := func(id string, payload []byte, seq int64) outbox.Record {
+		return outbox.Record{ID: id, Topic: e.topic, Key: key, KeySeq: seq, Payload: payload, Headers: map[string]string{outbox.HeaderEventID: id}}
+	}
+	errs := sink.Publish(context.Background(), []outbox.Record{rec("a1", []byte("1"), 1), rec("a2", make([]byte, 5000), 2), rec("a3", []byte("3"), 3)})
+	require.NoError(t, errs[0])
+	require.True(t, errors.Is(errs[1], kerr.MessageTooLarge), "got %v", errs[1])
+	require.NoError(t, errs[2], "kgo published the key's record after the failed one")
+}
+
 // The sink conformance suite on kfake: a topic of its own, read back by a
 // consumer, and the producing client closed for the broker's
 // unavailability.

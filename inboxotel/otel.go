@@ -418,7 +418,8 @@ func (o *Observer) Parked(ctx context.Context, e *outbox.ParkEvent) {
 // client, linking the create span of each event it publishes (one event's
 // send span is its create span's child). The records' headers are passed
 // on unchanged: the consumer continues the trace of the create span, the
-// creation context.
+// creation context. The wrapper keeps a key's order within a call
+// (outbox.KeyOrderSink) where s does.
 func (o *Observer) Sink(s outbox.Sink) outbox.Sink {
 	return &sink{o: o, next: s}
 }
@@ -426,6 +427,13 @@ func (o *Observer) Sink(s outbox.Sink) outbox.Sink {
 type sink struct {
 	o    *Observer
 	next outbox.Sink
+}
+
+// KeepsKeyOrder implements outbox.KeyOrderSink: the wrapper passes the
+// records on as they come, so it keeps order where the wrapped sink does.
+func (s *sink) KeepsKeyOrder() bool {
+	ks, ok := s.next.(outbox.KeyOrderSink)
+	return ok && ks.KeepsKeyOrder()
 }
 
 func (s *sink) Publish(ctx context.Context, recs []outbox.Record) []error {

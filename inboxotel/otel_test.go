@@ -337,3 +337,14 @@ func TestSendLinks(t *testing.T) {
 		require.True(t, links[c.SpanContext().SpanID()], "the send span links create span %s", c.SpanContext().SpanID())
 	}
 }
+
+func TestSinkKeepsKeyOrderWhereTheWrappedSinkDoes(t *testing.T) {
+	t.Parallel()
+	tm := newTelemetry(t)
+	keeps := func(s outbox.Sink) bool {
+		ks, ok := tm.obs.Sink(s).(outbox.KeyOrderSink)
+		return ok && ks.KeepsKeyOrder()
+	}
+	require.True(t, keeps(&outbox.MemorySink{}), "over a MemorySink")
+	require.False(t, keeps(outbox.SinkFunc(func(context.Context, []outbox.Record) []error { return nil })), "over a plain sink")
+}

@@ -399,6 +399,104 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "records", len(sink.Records()), 20)
 		}},
 
+		{"OutboxOrderedRunGoesInOneCallToAnOrderKeepingSink", func(t *testing.T, x *suite[TTx]) {
+			// A sink that keeps a key's order within a call gets each
+			// key's ready run in one call, up to a change of topic.
+			o := x.outbox(&outbox.Config{Ordered: true})
+			x.enqueueKeyed(o, map[string][]string{"a": {"t", "t", "t", "t", "t"}, "b": {"t", "t", "u", "u"}})
+			sink := &outbox.MemorySink{}
+			res := x.relayOnce(x.relay(o, sink, nil))
+			requireEqual(t, "published", res.Published, 9)
+			// a1..a5 and b1, b2 in the first call; b3, b4 (topic u) in
+			// the second.
+			requireEqual(t, "calls", sink.Calls(), 2)
+			requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 4})
+			x.requireOutbox(o, 0, 0)
+		}},
+
+		{"OutboxOrderedRunStopsAtItsFirstFailure", func(t *testing.T, x *suite[TTx]) {
+			// A run's rows after its first failure are not marked sent: the
+			// rejected row waits out its backoff with the key behind it,
+			// and a later round sends the rest in order, never a gap.
+			ctx := context.Background()
+			o := x.outbox(&outbox.Config{Ordered: true})
+			ids := x.enqueueKeyed(o, map[string][]string{"a": {"t", "t", "t", "t", "t"}, "b": {"t", "t"}})
+			var mu sync.Mutex
+			fixed := false
+			sink := &outbox.MemorySink{Reject: func(r outbox.Record) error {
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case string(r.Key) == "a" && r.KeySeq == 3 && !fixed:
+					return errors.New("INVALID_RECORD")
+				case string(r.Key) == "b" && r.KeySeq == 1 && !fixed:
+					return outbox.Unavailable(errors.New("connection refused"))
+				}
+				return nil
+			}}
+			clock := time.Now()
+			var clockMu sync.Mutex
+			now := func() time.Time { clockMu.Lock(); defer clockMu.Unlock(); return clock }
+			r := x.relay(o, sink, &outbox.RelayConfig{Now: now, Backoff: func(int) time.Duration { return time.Hour }})
+			res := x.relayOnce(r)
+			requireEqual(t, "claimed", res.Claimed, 7)
+			requireEqual(t, "published", res.Published, 2)
+			requireEqual(t, "rejected", res.Rejected, 1)
+			requireEqual(t, "unavailable", res.Unavailable, 1)
+			requireKeyOrder(t, sink.Records(), map[string]int{"a": 2})
+			for _, id := range ids["a"][3:] {
+				row, err := x.outboxStore().OutboxGet(ctx, id)
+				requireNoError(t, "OutboxGet", err)
+				requireEqual(t, "attempts of a row after the failure", row.Attempts, 0)
+			}
+			row, err := x.outboxStore().OutboxGet(ctx, ids["a"][2])
+			requireNoError(t, "OutboxGet", err)
+			requireEqual(t, "attempts of the rejected row", row.Attempts, 1)
+			// Within the backoff, b goes on and a waits.
+			mu.Lock()
+			fixed = true
+			mu.Unlock()
+			for range 10 {
+				if x.relayOnce(r).Claimed == 0 {
+					break
+				}
+			}
+			requireKeyOrder(t, sink.Records(), map[string]int{"a": 2, "b": 2})
+			x.requireOutbox(o, 3, 0)
+			clockMu.Lock()
+			clock = clock.Add(2 * time.Hour)
+			clockMu.Unlock()
+			calls := sink.Calls()
+			res = x.relayOnce(r)
+			requireEqual(t, "published after the backoff", res.Published, 3)
+			requireEqual(t, "calls for a3..a5", sink.Calls()-calls, 1)
+			requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 2})
+			x.requireOutbox(o, 0, 0)
+		}},
+
+		{"OutboxOrderedSinkWithoutTheCapabilityGetsOneRecordPerKeyACall", func(t *testing.T, x *suite[TTx]) {
+			o := x.outbox(&outbox.Config{Ordered: true})
+			x.enqueueKeyed(o, map[string][]string{"a": {"t", "t", "t", "t"}, "b": {"t", "t"}})
+			mem := &outbox.MemorySink{}
+			var mu sync.Mutex
+			var most int // the most records of one key in one call
+			sink := outbox.SinkFunc(func(ctx context.Context, recs []outbox.Record) []error {
+				per := map[string]int{}
+				mu.Lock()
+				for _, r := range recs {
+					per[string(r.Key)]++
+					most = max(most, per[string(r.Key)])
+				}
+				mu.Unlock()
+				return mem.Publish(ctx, recs)
+			})
+			res := x.relayOnce(x.relay(o, sink, nil))
+			requireEqual(t, "published", res.Published, 6)
+			requireEqual(t, "calls", mem.Calls(), 4)
+			requireEqual(t, "most records of a key in a call", most, 1)
+			requireKeyOrder(t, mem.Records(), map[string]int{"a": 4, "b": 2})
+		}},
+
 		{"OutboxOrderedSequencesConcurrentProducers", func(t *testing.T, x *suite[TTx]) {
 			// Producers of one key in concurrent transactions get distinct,
 			// gap-free sequence numbers.
@@ -601,6 +699,25 @@ func (x *suite[TTx]) enqueueN(o *outbox.Outbox[TTx], n, perTx int, m func(i int)
 		requireNoError(x.t, "EnqueueTx", err)
 		requireNoError(x.t, "commit", x.s.Driver.Commit(ctx, tx))
 		ids = append(ids, got...)
+	}
+	return ids
+}
+
+// enqueueKeyed enqueues, for each key of topics, one ordered event per
+// topic listed, in that order, each key's events one to a transaction, and
+// returns each key's event ids in order.
+func (x *suite[TTx]) enqueueKeyed(o *outbox.Outbox[TTx], topics map[string][]string) map[string][]string {
+	x.t.Helper()
+	ctx := context.Background()
+	ids := map[string][]string{}
+	for k, ts := range topics {
+		for i, topic := range ts {
+			tx := x.begin()
+			got, err := o.EnqueueTx(ctx, tx, outbox.Message{Topic: topic, Key: []byte(k), Payload: []byte(k + strconv.Itoa(i+1))})
+			requireNoError(x.t, "EnqueueTx", err)
+			requireNoError(x.t, "commit", x.s.Driver.Commit(ctx, tx))
+			ids[k] = append(ids[k], got...)
+		}
 	}
 	return ids
 }

@@ -37,7 +37,8 @@
 // back the later events of its key only. A key's events go to the sink one
 // call at a time, each after the one before was confirmed, so a key
 // publishes about one event per broker round trip; many keys publish in
-// parallel. Changing Ordered on a table with pending events of a key does
+// parallel. A KeyOrderSink that keeps a key's order within a call gets
+// each key's ready run in one call instead. Changing Ordered on a table with pending events of a key does
 // not reorder them.
 //
 // # Leases

@@ -10,6 +10,10 @@ import (
 // MemorySink keeps the records it is given in memory, in the order it
 // confirmed them, for tests and benchmarks. Reject, if set, decides per
 // record: a nil error confirms it. The zero value confirms everything.
+//
+// It is a KeyOrderSink that keeps order: within a call, once a record of a
+// key in ordered mode (KeySeq above 0) fails, the later records of that key
+// are answered ErrKeyStopped, without asking Reject.
 type MemorySink struct {
 	// Reject, if set, returns the error that the sink answers for rec;
 	// wrap it with Unavailable to play an unreachable broker.
@@ -29,15 +33,25 @@ func (s *MemorySink) Publish(ctx context.Context, recs []Record) []error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
+	var stopped map[string]bool
 	for i, rec := range recs {
-		if err := ctx.Err(); err != nil {
-			errs[i] = err
+		if rec.KeySeq > 0 && stopped[string(rec.Key)] {
+			errs[i] = ErrKeyStopped
 			continue
 		}
-		if s.Reject != nil {
-			if errs[i] = s.Reject(rec); errs[i] != nil {
-				continue
+		if err := ctx.Err(); err != nil {
+			errs[i] = err
+		} else if s.Reject != nil {
+			errs[i] = s.Reject(rec)
+		}
+		if errs[i] != nil {
+			if rec.KeySeq > 0 {
+				if stopped == nil {
+					stopped = map[string]bool{}
+				}
+				stopped[string(rec.Key)] = true
 			}
+			continue
 		}
 		s.confirmed++
 		if !s.Discard {
@@ -49,6 +63,9 @@ func (s *MemorySink) Publish(ctx context.Context, recs []Record) []error {
 	}
 	return errs
 }
+
+// KeepsKeyOrder implements KeyOrderSink: it reports true.
+func (s *MemorySink) KeepsKeyOrder() bool { return true }
 
 // Records returns a copy of the confirmed records, in order.
 func (s *MemorySink) Records() []Record {

@@ -72,3 +72,30 @@ func TestMemorySink(t *testing.T) {
 	errs = s.Publish(ctx, []outbox.Record{{ID: "c"}})
 	require.True(t, outbox.IsUnavailable(errs[0]))
 }
+
+func TestMemorySinkStopsAKeyAtItsFirstFailure(t *testing.T) {
+	var sink outbox.Sink = &outbox.MemorySink{Reject: func(r outbox.Record) error {
+		if r.ID == "a2" {
+			return errors.New("rejected")
+		}
+		return nil
+	}}
+	ks, ok := sink.(outbox.KeyOrderSink)
+	require.True(t, ok, "MemorySink is a KeyOrderSink")
+	require.True(t, ks.KeepsKeyOrder())
+	a, b := []byte("a"), []byte("b")
+	errs := sink.Publish(context.Background(), []outbox.Record{
+		{ID: "a1", Key: a, KeySeq: 1}, {ID: "a2", Key: a, KeySeq: 2}, {ID: "b1", Key: b, KeySeq: 1},
+		{ID: "a3", Key: a, KeySeq: 3}, {ID: "free", Key: a},
+	})
+	require.NoError(t, errs[0])
+	require.ErrorContains(t, errs[1], "rejected")
+	require.NoError(t, errs[2], "another key goes on")
+	require.ErrorIs(t, errs[3], outbox.ErrKeyStopped)
+	require.NoError(t, errs[4], "an unordered record is not stopped")
+	var got []string
+	for _, r := range sink.(*outbox.MemorySink).Records() {
+		got = append(got, r.ID)
+	}
+	require.Equal(t, []string{"a1", "b1", "free"}, got)
+}

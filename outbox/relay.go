@@ -165,9 +165,12 @@ func (c *RelayConfig) validate() error {
 // leaves its rows to be published again when the lease ends: with the same
 // event ids, so the consumer's inbox skips them.
 type Relay struct {
-	store     inboxdriver.OutboxAdmin
-	sink      Sink
-	config    RelayConfig
+	store  inboxdriver.OutboxAdmin
+	sink   Sink
+	config RelayConfig
+	// runs is whether the sink takes a key's run in one call
+	// (KeyOrderSink).
+	runs      bool
 	logger    *slog.Logger
 	subscribe func(*Relay) func()
 
@@ -193,7 +196,11 @@ func NewRelay(store inboxdriver.OutboxAdmin, sink Sink, config *RelayConfig) (*R
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Relay{store: store, sink: sink, config: cfg, logger: logger, wakes: map[chan struct{}]struct{}{}}, nil
+	r := &Relay{store: store, sink: sink, config: cfg, logger: logger, wakes: map[chan struct{}]struct{}{}}
+	if ks, ok := sink.(KeyOrderSink); ok {
+		r.runs = ks.KeepsKeyOrder()
+	}
+	return r, nil
 }
 
 // NewRelay returns a relay of o's table to sink, which o's enqueues wake
@@ -525,12 +532,12 @@ func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, d
 
 // publish publishes rows in rounds. Unordered rows all go in the first
 // round. Ordered rows come grouped by key in sequence order; each round
-// holds at most one row per key, the next one after the key's last
-// confirmed row, so that no sink is asked to keep order within a call, and
-// a key stops at its first failure while the others go on.
+// holds, for each key, the next row after the key's last confirmed row, so
+// that no sink is asked to keep order within a call, and a key stops at its
+// first failure while the others go on. A KeyOrderSink that keeps order
+// gets instead the key's next rows up to the first that goes to another
+// topic, and a key stops at the first of them that failed.
 func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outcome []int, errs []error) {
-	// next[k] is the index of the next row of key k to try; keys lists the
-	// index of each key's first row.
 	var batch []int
 	var runs [][]int // per key: its rows' indexes, in order
 	at := map[string]int{}
@@ -547,14 +554,21 @@ func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outc
 		}
 		runs[k] = append(runs[k], i)
 	}
-	pos := make([]int, len(runs))
+	pos := make([]int, len(runs))  // per key: its next row to send
+	sent := make([]int, len(runs)) // per key: how many rows this round sends
 	for round := 0; ; round++ {
 		if round > 0 {
 			batch = batch[:0]
 		}
+		free := len(batch) // the unordered rows, in the first round
 		for k, run := range runs {
-			if pos[k] < len(run) {
-				batch = append(batch, run[pos[k]])
+			sent[k] = 0
+			for j := pos[k]; j < len(run); j++ {
+				if j > pos[k] && (!r.runs || rows[run[j]].Topic != rows[run[pos[k]]].Topic) {
+					break
+				}
+				batch = append(batch, run[j])
+				sent[k]++
 			}
 		}
 		if len(batch) == 0 {
@@ -573,8 +587,8 @@ func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outc
 			}
 		}
 		down := false
-		for j, i := range batch {
-			switch err := got[j]; {
+		set := func(i int, err error) {
+			switch {
 			case err == nil:
 				outcome[i] = confirmed
 			case IsUnavailable(err):
@@ -584,17 +598,27 @@ func (r *Relay) publish(ctx context.Context, rows []*inboxdriver.OutboxRow, outc
 				outcome[i], errs[i] = rejected, err
 			}
 		}
+		for j, i := range batch[:free] {
+			set(i, got[j])
+		}
+		next := free // got's first result of the key's rows
+		for k, run := range runs {
+			res := got[next : next+sent[k]]
+			next += sent[k]
+			for _, err := range res {
+				i := run[pos[k]]
+				set(i, err)
+				if outcome[i] != confirmed {
+					// The key stops at its first failure: the rest of
+					// its rows stay untried, and are released.
+					pos[k] = len(run)
+					break
+				}
+				pos[k]++
+			}
+		}
 		if down {
 			return
-		}
-		for k, run := range runs {
-			if pos[k] < len(run) {
-				if outcome[run[pos[k]]] == confirmed {
-					pos[k]++
-				} else {
-					pos[k] = len(run) // the key stops at its first failure
-				}
-			}
 		}
 	}
 }

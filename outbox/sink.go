@@ -26,6 +26,39 @@ type Sink interface {
 	Publish(ctx context.Context, recs []Record) []error
 }
 
+// KeyOrderSink is a Sink that can take a run of a key's events in one call.
+// In ordered mode the relay gives a Sink one event per key per call, the
+// next only once the broker confirmed the one before, so that a key
+// publishes about one event per broker round trip. To a KeyOrderSink whose
+// KeepsKeyOrder reports true it gives, in one call, as many of a key's
+// consecutive ready events as it claimed, up to the first that goes to
+// another topic, and counts as published only the ones before the first
+// that failed: the rest are tried again later, in order.
+//
+// KeepsKeyOrder may report true only if, for any two records a and b of
+// one key and one topic in one call, a before b:
+//   - the broker takes b after a (a consumer of the topic sees a first),
+//     and
+//   - when a fails, whatever the error, b is not published either: the
+//     sink answers an error for it (ErrKeyStopped where it did not try
+//     it), and the broker never takes it.
+//
+// So nothing after a gap is ever published; a republish of what was
+// published is a duplicate, never a gap. A sink that cannot promise the
+// second part (a broker that goes on with the next message after refusing
+// one) must report false. docs/OUTBOX.md says which sinks keep order.
+type KeyOrderSink interface {
+	Sink
+	// KeepsKeyOrder reports whether the sink keeps the order of a key's
+	// records within one call, as KeyOrderSink describes. The relay asks
+	// once, when it is made.
+	KeepsKeyOrder() bool
+}
+
+// ErrKeyStopped is a KeyOrderSink's answer for a record it did not
+// publish because an earlier record of its key in the same call failed.
+var ErrKeyStopped = errors.New("outbox: not published: an earlier record of its key failed in the same call")
+
 // SinkFunc adapts a function to a Sink.
 type SinkFunc func(ctx context.Context, recs []Record) []error
 
