@@ -21,6 +21,7 @@ func TestDrainRows(t *testing.T) {
 	t.Parallel()
 	cfg := small(t, DrainNames()...)
 	cfg.RelayBacklogs = []int{1200, 300}
+	cfg.RelayRounds = 2
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	rep, err := Run(ctx, cfg)
@@ -31,11 +32,12 @@ func TestDrainRows(t *testing.T) {
 	require.NotNil(t, rl)
 	require.Equal(t, []int{300, 1200}, rl.Backlogs)
 	require.Equal(t, 4, rl.Keys)
+	require.Equal(t, 2, rl.Rounds)
 	var got []string
 	for _, d := range rl.Drains {
 		got = append(got, d.Name+"@"+strconv.Itoa(d.Events))
 		require.Positive(t, d.MsgsPerS, "%s at %d", d.Name, d.Events)
-		require.Len(t, d.RoundRates, 1)
+		require.Len(t, d.RoundRates, 2)
 	}
 	require.Equal(t, []string{
 		"relay-ordered-4-keys-null@300", "relay-ordered-4-keys-null@1200", "relay-unordered-null@1200",
