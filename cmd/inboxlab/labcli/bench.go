@@ -24,7 +24,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	dbURL := fs.String("database-url", "", "the Postgres server; a random schema is created in it and dropped at the end (default $DATABASE_URL, then "+bench.DefaultDatabaseURL+")")
 	redisAddr := fs.String("redis-addr", bench.DefaultRedisAddr, "the Redis of the redis-setnx row; empty leaves that row out")
 	amqpURL := fs.String("amqp-url", bench.DefaultAMQPURL, "the RabbitMQ of the rabbitmq-… rows; empty leaves them out, as does a server that does not answer (the report says so)")
-	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(bench.RowNames(), ", "))
+	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(append(bench.RowNames(), bench.DrainNames()...), ", "))
 	workersFlag := fs.String("workers", "", "comma-separated worker counts (default 1,8)")
 	var warmup, duration, purgeBaseline, idDuration command.Duration
 	fs.Var(&warmup, "warmup", "unmeasured run of each row before the rounds (default 100ms quick, 1s full)")
@@ -36,6 +36,8 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	purgeBatch := fs.Int("purge-batch", 0, "rows per DELETE of the purge (default the client's, 10000)")
 	idRows := fs.Int("id-rows", -1, "rows in the inbox before UUIDv4 and UUIDv7 are compared; 0 leaves it out (default 100000 quick, 1000000 full)")
 	idRounds := fs.Int("id-rounds", 0, "rounds of each id kind (default 2 quick, 3 full)")
+	relayBacklogs := fs.String("relay-backlogs", "", "comma-separated backlogs of the relay-… drain rows: the ordered rows drain each, the unordered ones the largest; 0 leaves them out (default 10000,100000)")
+	relayRounds := fs.Int("relay-rounds", 0, "rounds of every drain row (default 3 quick, 5 full)")
 	seed := fs.Uint64("seed", 1, "seed of the message streams and of the order of the rounds")
 	if err := fs.Parse(args, 0); err != nil {
 		return err
@@ -83,6 +85,19 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	}
 	if *idRounds != 0 {
 		cfg.IDRounds = *idRounds
+	}
+	if *relayBacklogs != "" {
+		ns, err := parseInts(*relayBacklogs)
+		if err != nil {
+			return command.Usagef("--relay-backlogs: %v", err)
+		}
+		if len(ns) == 1 && ns[0] == 0 {
+			ns = nil
+		}
+		cfg.RelayBacklogs = ns
+	}
+	if *relayRounds != 0 {
+		cfg.RelayRounds = *relayRounds
 	}
 	cfg.Seed = *seed
 	cfg.Log = e.Stderr

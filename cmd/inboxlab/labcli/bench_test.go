@@ -44,7 +44,8 @@ func TestBenchQuickJSON(t *testing.T) {
 	requireRedis(t)
 	code, stdout, stderr := runCLI(t, "bench", "--quick", "--json", "--database-url", url,
 		"--workers", "1,3", "--rounds", "1", "--warmup", "20ms", "--duration", "100ms",
-		"--purge-rows", "20000", "--purge-baseline", "200ms", "--id-rows", "5000", "--id-duration", "200ms", "--id-rounds", "1")
+		"--purge-rows", "20000", "--purge-baseline", "200ms", "--id-rows", "5000", "--id-duration", "200ms", "--id-rounds", "1",
+		"--relay-backlogs", "200,2000")
 	require.Equal(t, 0, code, "stderr: %s", stderr)
 
 	// Exactly one JSON object, and nothing after it.
@@ -117,6 +118,17 @@ func TestBenchQuickJSON(t *testing.T) {
 	for _, want := range []string{"partition drop: claims' p99 during", "WAL of the batched delete ÷ WAL of the partition drop", "claims on 40 partitions ÷ on the plain inbox"} {
 		require.True(t, slices.ContainsFunc(targets, func(n string) bool { return strings.HasPrefix(n, want) }), "target %q in %v", want, targets)
 	}
+	// The drain rows: the ordered relay at each backlog, the unordered at
+	// the largest, with the ordered relay's two targets.
+	require.NotNil(t, rep.Relay)
+	require.Len(t, rep.Relay.Drains, 6)
+	for _, d := range rep.Relay.Drains {
+		require.Positive(t, d.MsgsPerS, "%s at %d", d.Name, d.Events)
+	}
+	for _, want := range []string{"ordered relay, 4 keys, to the null sink: msgs/s at a backlog of 2000 ÷ at 200 (≥ 0.8",
+		"ordered relay, 4 keys ÷ unordered relay, to the null sink: msgs/s at a backlog of 2000 (≥ 0.5)"} {
+		require.True(t, slices.ContainsFunc(targets, func(n string) bool { return strings.HasPrefix(n, want) }), "target %q in %v", want, targets)
+	}
 	for _, f := range []float64{rep.IDs.V4.MsgsPerS, rep.IDs.V4.P99Ms, rep.IDs.V4.WALBytesPerMsg, rep.IDs.V4.InboxBytesPerRow,
 		rep.IDs.V7.MsgsPerS, rep.IDs.V7.P99Ms, rep.IDs.V7.WALBytesPerMsg, rep.IDs.V7.InboxBytesPerRow} {
 		require.Positive(t, f)
@@ -169,6 +181,9 @@ func TestBenchUsage(t *testing.T) {
 		{"--workers", "0"},
 		{"--rounds", "-1"},
 		{"--purge-rows", "-5", "--id-rows", "-7", "--duration", "-1s"},
+		{"--relay-backlogs", "100,x"},
+		{"--relay-backlogs", "-5"},
+		{"--rows", "relay-nope"},
 		{"extra"},
 	} {
 		code, stdout, stderr := runCLI(t, append([]string{"bench", "--database-url", "postgres://nobody@127.0.0.1:1/none"}, args...)...)

@@ -114,6 +114,13 @@ type Config struct {
 	// section publishes. Zero leaves the section out, as does a run whose
 	// rows include no outbox row.
 	OutboxEvents int
+	// RelayBacklogs are the backlogs of the drain rows (relaydrain.go): the
+	// ordered rows drain each, the unordered ones the largest. Empty
+	// leaves the drain rows out.
+	RelayBacklogs []int
+	// RelayRounds is how many times each drain row runs at each of its
+	// backlogs, each round in a new order.
+	RelayRounds int
 	// Seed seeds the message streams and the order of the rounds.
 	Seed uint64
 	// Log receives progress lines. Nil is silent.
@@ -139,6 +146,8 @@ func Quick() Config {
 		IDDuration:    time.Second,
 		IDRounds:      2,
 		OutboxEvents:  20_000,
+		RelayBacklogs: []int{10_000, 100_000},
+		RelayRounds:   3,
 		Seed:          1,
 	}
 }
@@ -155,6 +164,7 @@ func Full() Config {
 	c.IDDuration = 4 * time.Second
 	c.IDRounds = 3
 	c.OutboxEvents = 100_000
+	c.RelayRounds = 5
 	return c
 }
 
@@ -180,6 +190,8 @@ func (c *Config) validate() error {
 		return configErrorf("Config.IDRows must not be negative, got %d", c.IDRows)
 	case c.OutboxEvents < 0:
 		return configErrorf("Config.OutboxEvents must not be negative, got %d", c.OutboxEvents)
+	case len(c.RelayBacklogs) > 0 && c.RelayRounds < 1:
+		return configErrorf("Config.RelayRounds must be positive, got %d", c.RelayRounds)
 	case c.IDRows > 0 && (c.IDDuration <= 0 || c.IDRounds < 1):
 		return configErrorf("Config.IDDuration and Config.IDRounds must be positive, got %v and %d", c.IDDuration, c.IDRounds)
 	}
@@ -196,9 +208,14 @@ func (c *Config) validate() error {
 			return configErrorf("Config.AMQPURL: %v", err)
 		}
 	}
+	for _, n := range c.RelayBacklogs {
+		if n < 1 {
+			return configErrorf("Config.RelayBacklogs: %d is not a positive number of events", n)
+		}
+	}
 	for _, name := range c.Rows {
-		if findRow(name) == nil {
-			return configErrorf("Config.Rows: unknown row %q; the rows are %s", name, strings.Join(RowNames(), ", "))
+		if findRow(name) == nil && findDrain(name) == nil {
+			return configErrorf("Config.Rows: unknown row %q; the rows are %s", name, strings.Join(append(RowNames(), DrainNames()...), ", "))
 		}
 	}
 	return nil
@@ -289,6 +306,11 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 	if cfg.OutboxEvents > 0 && b.outboxRows() {
 		if rep.Outbox, err = b.runOutbox(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if drains := selectDrains(cfg); len(drains) > 0 {
+		if rep.Relay, err = b.runRelay(ctx, rng, drains); err != nil {
 			return nil, err
 		}
 	}

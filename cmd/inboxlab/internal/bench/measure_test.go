@@ -79,13 +79,15 @@ func TestWorkerPartition(t *testing.T) {
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
 	for name, mutate := range map[string]func(c *Config){
-		"Accounts":  func(c *Config) { c.Accounts = 0 },
-		"Workers":   func(c *Config) { c.Workers = nil },
-		"Duration":  func(c *Config) { c.Duration = 0 },
-		"Rounds":    func(c *Config) { c.Rounds = 0 },
-		"PurgeRows": func(c *Config) { c.PurgeRows = -1 },
-		"IDRows":    func(c *Config) { c.IDRows = -1 },
-		"Rows":      func(c *Config) { c.Rows = []string{"nope"} },
+		"Accounts":      func(c *Config) { c.Accounts = 0 },
+		"Workers":       func(c *Config) { c.Workers = nil },
+		"Duration":      func(c *Config) { c.Duration = 0 },
+		"Rounds":        func(c *Config) { c.Rounds = 0 },
+		"PurgeRows":     func(c *Config) { c.PurgeRows = -1 },
+		"IDRows":        func(c *Config) { c.IDRows = -1 },
+		"Rows":          func(c *Config) { c.Rows = []string{"nope"} },
+		"RelayBacklogs": func(c *Config) { c.RelayBacklogs = []int{10, 0} },
+		"RelayRounds":   func(c *Config) { c.RelayRounds = 0 },
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := Quick()

@@ -143,6 +143,9 @@ type Drain struct {
 	Name     string  `json:"name"`
 	Events   int     `json:"events"`
 	MsgsPerS float64 `json:"msgs_per_s"`
+	// RoundRates are the msgs/s of each round, in the order of the rounds,
+	// for a drain that ran in rounds (the drain rows, relaydrain.go).
+	RoundRates []float64 `json:"round_rates,omitempty"`
 }
 
 // outboxLatencySamples is how many events the latency measurement times.
@@ -166,19 +169,11 @@ func (b *bench) runOutbox(ctx context.Context) (*OutboxResult, error) {
 	res.NullMsgsPerS = rate
 
 	b.logf("outbox: drain %d events to kfake", res.Events)
-	k, err := broker.OpenKafka("", broker.KafkaTimings{}, nil)
+	k, sink, err := openKfakeSink(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, err
 	}
 	defer k.Close()
-	orders, err := k.NewTopic(ctx, "orders", &broker.TopicConfig{Partitions: 4})
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	sink, err := orders.OutboxSink()
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
 	if res.KafkaMsgsPerS, err = b.drain(ctx, sink); err != nil {
 		return nil, err
 	}
@@ -210,6 +205,26 @@ func (b *bench) runOutbox(ctx context.Context) (*OutboxResult, error) {
 	return res, nil
 }
 
+// openKfakeSink starts kfake in this process with the topic "orders" of
+// four partitions, and returns it and an inboxkafka sink to that topic.
+func openKfakeSink(ctx context.Context) (*broker.Kafka, outbox.Sink, error) {
+	k, err := broker.OpenKafka("", broker.KafkaTimings{}, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	orders, err := k.NewTopic(ctx, "orders", &broker.TopicConfig{Partitions: 4})
+	if err != nil {
+		k.Close()
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	sink, err := orders.OutboxSink()
+	if err != nil {
+		k.Close()
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	return k, sink, nil
+}
+
 // drain enqueues Config.OutboxEvents events, a thousand to a transaction,
 // then times a running relay until sink confirmed every one.
 func (b *bench) drain(ctx context.Context, sink outbox.Sink) (float64, error) {
@@ -223,8 +238,14 @@ func (b *bench) drain(ctx context.Context, sink outbox.Sink) (float64, error) {
 			return 0, err
 		}
 	}
-	counted := &countSink{sink: sink, want: int64(n), done: make(chan struct{})}
-	r, err := b.outbox.NewRelay(counted, nil)
+	return timeDrain(ctx, b.outbox, newCountSink(sink, n))
+}
+
+// timeDrain times a relay of o, with the default configuration, from its
+// start until counted saw its events confirmed.
+func timeDrain(ctx context.Context, o *outbox.Outbox[pgx.Tx], counted *countSink) (float64, error) {
+	n := counted.want
+	r, err := o.NewRelay(counted, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -288,19 +309,31 @@ func (b *bench) outboxLatency(ctx context.Context, sink outbox.Sink) ([]time.Dur
 type countSink struct {
 	sink outbox.Sink
 	n    atomic.Int64
-	want int64
-	once sync.Once
-	done chan struct{}
+	// ordered counts the confirmed records that carry a key sequence
+	// number, calls the calls of Publish.
+	ordered, calls atomic.Int64
+	want           int64
+	once           sync.Once
+	done           chan struct{}
+}
+
+func newCountSink(sink outbox.Sink, want int) *countSink {
+	return &countSink{sink: sink, want: int64(want), done: make(chan struct{})}
 }
 
 func (s *countSink) Publish(ctx context.Context, recs []outbox.Record) []error {
+	s.calls.Add(1)
 	errs := s.sink.Publish(ctx, recs)
-	var ok int64
-	for _, err := range errs {
+	var ok, ordered int64
+	for i, err := range errs {
 		if err == nil {
 			ok++
+			if recs[i].KeySeq > 0 {
+				ordered++
+			}
 		}
 	}
+	s.ordered.Add(ordered)
 	if s.n.Add(ok) >= s.want {
 		s.once.Do(func() { close(s.done) })
 	}

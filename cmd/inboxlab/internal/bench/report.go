@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -19,6 +20,9 @@ type Report struct {
 	Purge   *PurgeResult  `json:"purge,omitempty"`
 	IDs     *IDsResult    `json:"ids,omitempty"`
 	Outbox  *OutboxResult `json:"outbox,omitempty"`
+	// Relay has the drain rows: the relay emptying a backlog, ordered and
+	// not (relaydrain.go).
+	Relay *RelayResult `json:"relay,omitempty"`
 	// Partition compares retention by partition drop with the batched
 	// delete, and claims on a partitioned inbox with claims on a plain one.
 	Partition *PartitionResult `json:"partition,omitempty"`
@@ -352,6 +356,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				o.ForwarderEvents, o.ForwarderMsgsPerS, o.KafkaMsgsPerS/o.ForwarderMsgsPerS)
 		}
 	}
+	if rl := r.Relay; rl != nil {
+		p("\n## Relay catching up\n\n")
+		p("One relay (batch %d, %d batches in flight) empties a backlog enqueued beforehand (not timed), in ordered mode over %d keys and unordered, to a sink that keeps nothing and to kfake in this process, with acks. msgs/s is the median of %d rounds (slowest–fastest round in brackets).\n\n",
+			rl.Batch, rl.Workers, rl.Keys, rl.Rounds)
+		p("| drain | backlog | msgs/s | (min–max) |\n| --- | ---: | ---: | ---: |\n")
+		for _, d := range rl.Drains {
+			lo, hi := d.MsgsPerS, d.MsgsPerS
+			if len(d.RoundRates) > 0 {
+				lo, hi = slices.Min(d.RoundRates), slices.Max(d.RoundRates)
+			}
+			p("| `%s` | %d | %.0f | %.0f–%.0f |\n", d.Name, d.Events, d.MsgsPerS, lo, hi)
+		}
+	}
 	if ids := r.IDs; ids != nil {
 		p("\n## Ids: UUIDv4 against UUIDv7\n\n")
 		cp := "right after a CHECKPOINT"
@@ -485,6 +502,7 @@ func (r *Report) Ratios() []Ratio {
 			out = append(out, Ratio{Name: "relay ÷ watermill-sql Forwarder, msgs/s to kfake (≥ 3)", Value: round2(v), Want: 3, Met: v >= 3})
 		}
 	}
+	out = append(out, r.relayRatios()...)
 	if r.Purge != nil && r.Purge.Without.P99Ms > 0 {
 		v := r.Purge.P99Ratio
 		out = append(out, Ratio{Name: "p99 during the purge ÷ p99 without (≤ 2)", Value: v, Want: 2, Met: v <= 2, LessIsBetter: true})
@@ -521,14 +539,20 @@ func (r *Report) Ratios() []Ratio {
 // Results with no rates per round (a report from an older run) fall back to
 // the ratio of the medians.
 func rateRatio(x, y *Result) float64 {
-	n := len(x.RoundRates)
-	if n == 0 || n != len(y.RoundRates) {
-		return x.MsgsPerS / y.MsgsPerS
+	return roundRatio(x.RoundRates, y.RoundRates, x.MsgsPerS, y.MsgsPerS)
+}
+
+// roundRatio is rateRatio of two rows' rates per round, xs and ys, and
+// their medians x and y.
+func roundRatio(xs, ys []float64, x, y float64) float64 {
+	n := len(xs)
+	if n == 0 || n != len(ys) {
+		return x / y
 	}
 	rs := make([]float64, 0, n)
 	for i := range n {
-		if y.RoundRates[i] > 0 {
-			rs = append(rs, x.RoundRates[i]/y.RoundRates[i])
+		if ys[i] > 0 {
+			rs = append(rs, xs[i]/ys[i])
 		}
 	}
 	return median(rs)
