@@ -435,10 +435,10 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 
 	// Drain without faults, bounded.
-	fmt.Fprintf(cfg.Log, "chaos: draining without faults, %v at most\n", drainFor)
+	fmt.Fprintf(cfg.Log, "chaos: draining without faults, until nothing more is applied for %v\n", drainFor)
 	tr.calm()
 	progress := time.Now()
-	drained := func(ctx context.Context) bool {
+	drained := func(ctx context.Context) (bool, int) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		n, err := st.applied(ctx)
@@ -454,7 +454,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 			fmt.Fprintf(cfg.Log, "chaos: %d of %d events applied, %d of %d crash-poison events dead-lettered\n",
 				n, len(events)-cfg.CrashPoison, len(dead), cfg.CrashPoison)
 		}
-		return err == nil && n >= len(events)-cfg.CrashPoison && len(dead) >= cfg.CrashPoison
+		return err == nil && n >= len(events)-cfg.CrashPoison && len(dead) >= cfg.CrashPoison, n + len(dead)
 	}
 	if err := sup.drain(ctx, drainFor, drained); err != nil {
 		res.Problems = append(res.Problems, err.Error())
@@ -503,10 +503,11 @@ func consumerArgs(cfg *Config, st store, tr *transport) []string {
 // delivery of the same event, a rebalance) before it is applied.
 const drainRedeliveries = 3
 
-// drainTimeout bounds the drain without faults: the run's duration, or
-// drainRedeliveries times what bounds redelivery on the transport, if that
-// is longer. It is what the proof waits for before it counts an event as
-// lost, so it must let every message that a killed consumer held come back.
+// drainTimeout is the stall window of the drain without faults: the run's
+// duration, or drainRedeliveries times what bounds redelivery on the
+// transport, if that is longer. It is how long the proof waits without
+// headway before it counts an event as lost, so it must let every message
+// that a killed consumer held come back.
 func drainTimeout(cfg *Config) time.Duration {
 	return max(cfg.Duration, drainRedeliveries*redelivery(cfg.Transport))
 }

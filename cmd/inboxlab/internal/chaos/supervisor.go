@@ -364,11 +364,20 @@ func (s *supervisor) killRandom(r *rand.Rand) {
 	}
 }
 
+// drainCap bounds a drain that keeps making headway: it ends after
+// drainCap times its stall window in all, however slowly the consumers
+// go on.
+const drainCap = 4
+
 // drain replaces every consumer with one that runs without faults, then
-// waits until done() reports the work finished, for d at most. The
-// replacements take stopGrace and killWait at most, all at once, before
-// the wait begins.
-func (s *supervisor) drain(ctx context.Context, d time.Duration, done func(ctx context.Context) bool) error {
+// waits until check reports the work done. check also reports how far the
+// work has come (a count that only grows); the drain fails when that
+// count has not moved for the stall window, or after drainCap times the
+// window in all. A loaded machine makes a drain slow, not lossy: an event
+// applied late is not lost, so the window runs from the last headway, not
+// from the start. The replacements take stopGrace and killWait at most,
+// all at once, before the wait begins.
+func (s *supervisor) drain(ctx context.Context, stall time.Duration, check func(ctx context.Context) (done bool, progress int)) error {
 	s.mu.Lock()
 	s.faults = false
 	s.mu.Unlock()
@@ -386,12 +395,24 @@ func (s *supervisor) drain(ctx context.Context, d time.Duration, done func(ctx c
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	last, moved := -1, start
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()
-	for !done(ctx) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("consumers did not drain within %v", d)
+	for {
+		done, progress := check(ctx)
+		if done {
+			return nil
+		}
+		now := time.Now()
+		if progress > last {
+			last, moved = progress, now
+		}
+		switch {
+		case now.Sub(moved) >= stall:
+			return fmt.Errorf("consumers did not drain: nothing more applied for %v", stall)
+		case now.Sub(start) >= drainCap*stall:
+			return fmt.Errorf("consumers did not drain within %v, though still applying", drainCap*stall)
 		}
 		select {
 		case <-ctx.Done():
@@ -399,7 +420,6 @@ func (s *supervisor) drain(ctx context.Context, d time.Duration, done func(ctx c
 		case <-tick.C:
 		}
 	}
-	return nil
 }
 
 // replace stops the process of slot i and starts another in its place.

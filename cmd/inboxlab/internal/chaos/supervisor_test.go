@@ -213,17 +213,35 @@ func TestSupervisorStopAllWhilePipesAreHeld(t *testing.T) {
 	require.NoError(t, syscall.Kill(grandchild, 0), "the child still holds the pipes")
 }
 
-// The drain ends at its deadline with a problem when the work never
-// finishes, and the consumers that do not stop when asked are killed.
-func TestSupervisorDrainIsBounded(t *testing.T) {
+// The drain fails when the work stops moving, and the consumers that do
+// not stop when asked are killed.
+func TestSupervisorDrainFailsWhenNothingMoves(t *testing.T) {
 	t.Parallel()
 	s, dir := idleSupervisor(t, 2, idleIgnoreTerm)
 	s.stopGrace = 100 * time.Millisecond
 	require.NoError(t, s.startAll(context.Background()))
 	waitFor(t, "the consumers to start", func() bool { return len(pids(t, dir, "")) == 2 })
 
-	err := s.drain(context.Background(), time.Second, func(context.Context) bool { return false })
-	require.ErrorContains(t, err, "did not drain within 1s")
+	calls := 0
+	err := s.drain(context.Background(), time.Second, func(context.Context) (bool, int) { calls++; return false, 7 })
+	require.ErrorContains(t, err, "nothing more applied for 1s")
+	require.Greater(t, calls, 1, "the drain checks more than once")
+	stopAllReturns(t, s)
+	requireGone(t, pids(t, dir, ""))
+}
+
+// A drain that keeps moving outlasts its stall window, which runs from
+// the last headway, and still ends: after drainCap windows in all.
+func TestSupervisorDrainWaitsWhileMovingAndIsBounded(t *testing.T) {
+	t.Parallel()
+	s, dir := idleSupervisor(t, 1, idleIgnoreTerm)
+	s.stopGrace = 100 * time.Millisecond
+	require.NoError(t, s.startAll(context.Background()))
+	waitFor(t, "the consumer to start", func() bool { return len(pids(t, dir, "")) == 1 })
+
+	progress := 0
+	err := s.drain(context.Background(), time.Second, func(context.Context) (bool, int) { progress++; return false, progress })
+	require.ErrorContains(t, err, fmt.Sprintf("did not drain within %v, though still applying", drainCap*time.Second))
 	stopAllReturns(t, s)
 	requireGone(t, pids(t, dir, ""))
 }
