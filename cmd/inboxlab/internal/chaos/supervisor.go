@@ -136,9 +136,10 @@ func (s *supervisor) start(ctx context.Context, i int) (*proc, error) {
 	// started still holds them.
 	stdout := &lineWriter{line: s.readOutcome}
 	cmd.Stdout = stdout
-	var lastFault string
+	var lastFault, lastLine string
 	var poisoned bool
 	stderr := &lineWriter{line: func(line string) {
+		lastLine = line
 		if pt, ok := strings.CutPrefix(line, "fault: crashing at "); ok {
 			lastFault = pt
 			return
@@ -191,7 +192,13 @@ func (s *supervisor) start(ctx context.Context, i int) (*proc, error) {
 			fmt.Fprintf(s.cfg.Log, "chaos: a crash-poison event took consumer %d down\n", i)
 		} else if !killedBySignal(err) {
 			s.count(func(r *Result) {
-				r.Problems = append(r.Problems, fmt.Sprintf("consumer %d exited on its own: %v", i, err))
+				p := fmt.Sprintf("consumer %d exited on its own: %v", i, err)
+				if lastLine != "" {
+					// What it said last says why: a refused login, a
+					// missing table.
+					p += " (" + lastLine + ")"
+				}
+				r.Problems = append(r.Problems, p)
 			})
 		}
 		s.restart(ctx, p)

@@ -30,6 +30,9 @@ const (
 	// idleHoldPipes starts a process that inherits its stdout and stderr
 	// and outlives it, then exits when asked to stop.
 	idleHoldPipes = "hold-pipes"
+	// idleRefused says why it cannot start, as a consumer whose login
+	// the database refuses does, and exits 1.
+	idleRefused = "refused"
 )
 
 // runIdle is the main of a stand-in consumer.
@@ -37,6 +40,10 @@ func runIdle(mode string) {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGTERM)
 	name := strconv.Itoa(os.Getpid())
+	if mode == idleRefused {
+		fmt.Fprintln(os.Stderr, "inboxlab chaos-consumer: password authentication failed for user \"chaos\"")
+		os.Exit(1)
+	}
 	if mode == idleHoldPipes {
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), "INBOX_CHAOS_IDLE="+idleIgnoreTerm, "INBOX_CHAOS_GRANDCHILD=1")
@@ -244,6 +251,23 @@ func TestSupervisorDrainWaitsWhileMovingAndIsBounded(t *testing.T) {
 	require.ErrorContains(t, err, fmt.Sprintf("did not drain within %v, though still applying", drainCap*time.Second))
 	stopAllReturns(t, s)
 	requireGone(t, pids(t, dir, ""))
+}
+
+// A consumer that exits on its own is a problem of the run, and the
+// problem says what the consumer said last: why it could not go on.
+func TestSupervisorSaysWhyAConsumerExited(t *testing.T) {
+	t.Parallel()
+	s, _ := idleSupervisor(t, 1, idleRefused)
+	require.NoError(t, s.startAll(context.Background()))
+	waitFor(t, "the consumer's exit to be counted", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.res.Problems) > 0
+	})
+	stopAllReturns(t, s)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Equal(t, `consumer 0 exited on its own: exit status 1 (inboxlab chaos-consumer: password authentication failed for user "chaos")`, s.res.Problems[0])
 }
 
 func TestLineWriter(t *testing.T) {
