@@ -83,6 +83,36 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// A zero window, horizon, retention or skew, which would let a purge or a
+// drop reach every row or be read as the library's default, and a skew
+// the other durations do not cover, are usage mistakes that name the flag,
+// refused before the database (one that does not answer here) is reached.
+func TestZeroOrInconsistentWindowsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	nowhere := []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"purge", "--older-than", "0s", "--replay-horizon", "0s"}, "--older-than 0s: must be positive"},
+		{[]string{"purge", "--older-than", "30d", "--replay-horizon", "0d"}, "--replay-horizon 0s: must be positive"},
+		{[]string{"purge", "--older-than", "13d"}, "--older-than 13d: purge of rows older than 13d refused: the replay horizon is 14d"},
+		{[]string{"partitions", "drop", "--retention", "0s", "--replay-horizon", "0s", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
+		{[]string{"partitions", "drop", "--retention", "0s"}, "--retention 0s: must be positive"},
+		{[]string{"partitions", "drop", "--retention", "30d", "--replay-horizon", "0s"}, "--replay-horizon 0s: must be positive"},
+		{[]string{"partitions", "drop", "--retention", "20d", "--max-skew", "8d"}, "--retention 20d: a retention of 20d is shorter than the replay horizon 14d plus the producers' clock skew 8d"},
+		{[]string{"partitions", "premake", "--ahead", "0s"}, "--ahead 0s: must be positive"},
+		{[]string{"partitions", "premake", "--ahead", "2d", "--max-skew", "3d"}, "--ahead 2d is shorter than --max-skew 3d"},
+		{[]string{"partitions", "adopt", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
+	} {
+		code, stdout, stderr := run(t, nil, append(tc.args, nowhere...)...)
+		require.Equal(t, 2, code, "%q: %s", tc.args, stderr)
+		require.Empty(t, stdout, "%q", tc.args)
+		requireOneLine(t, stderr)
+		require.Contains(t, stderr, tc.want, "%q", tc.args)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	code, stdout, _ := run(t, nil, "help")

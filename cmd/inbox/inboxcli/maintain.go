@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -32,6 +34,9 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	if !olderThan.Given {
 		return command.Usagef("--older-than is required")
 	}
+	if err := positive(map[string]time.Duration{"older-than": olderThan.Value, "replay-horizon": horizon.Value}); err != nil {
+		return err
+	}
 	if *batch <= 0 {
 		return command.Usagef("--batch %d: must be positive", *batch)
 	}
@@ -43,12 +48,25 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	// A window inside the replay horizon is refused before any database
 	// is reached, as the other mistakes of the command line are.
 	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
-		return command.Usagef("%s", command.Message(err))
+		return command.Usagef("--older-than %s: %s", inbox.FormatDuration(olderThan.Value), command.Message(err))
 	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 		return purge(ctx, e, c, olderThan.Value, *consumer, *batch, *dryRun)
 	})
+}
+
+// positive refuses, naming the flag, a duration flag that is zero: a
+// window, horizon, retention or skew of zero would let a purge or a drop
+// reach every row, or be read by the library as its default. (A negative
+// one is refused as the flag is parsed.)
+func positive(flags map[string]time.Duration) error {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		if flags[name] <= 0 {
+			return command.Usagef("--%s %v: must be positive", name, flags[name])
+		}
+	}
+	return nil
 }
 
 func purge(ctx context.Context, e *Env, c *inbox.Admin, olderThan time.Duration, consumer string, batch int, dryRun bool) error {
