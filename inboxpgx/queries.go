@@ -15,8 +15,9 @@ type queries struct {
 	deadLetters, deadLetter1 string
 	deadLetterDelete         string
 	// The replay requests' statements (inboxdriver.ReplayStore).
-	deadLetterMarkOne, deadLetterMarkAll string
-	deadLettersMarked, deadLetterUnmark  string
+	deadLetterMarkOne, deadLetterMarkAll   string
+	deadLetterCountOne, deadLetterCountAll string // what a mark would mark
+	deadLettersMarked, deadLetterUnmark    string
 
 	effectInsert, effectLock, effectRestart string
 	effectDone, effectFailed, effectResolve string
@@ -101,6 +102,10 @@ ON CONFLICT (consumer_name, dedup_key) DO UPDATE
  WHERE id = $2 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
 		deadLetterMarkAll: `UPDATE ` + dl + ` SET replay_requested_at = $1
  WHERE consumer_name = $2 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
+		deadLetterCountOne: `SELECT count(*) FROM ` + dl + `
+ WHERE id = $1 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
+		deadLetterCountAll: `SELECT count(*) FROM ` + dl + `
+ WHERE consumer_name = $1 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
 		deadLettersMarked: `SELECT ` + dlCols + ` FROM ` + dl + `
  WHERE consumer_name = $1 AND replay_requested_at IS NOT NULL ORDER BY replay_requested_at, id LIMIT $2`,
 		deadLetterUnmark: `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = $1 AND replay_requested_at IS NOT NULL`,

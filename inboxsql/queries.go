@@ -38,8 +38,9 @@ type queries struct {
 	deadLetterGet              string
 	deadLetterDelete           string
 	// The replay requests' statements (inboxdriver.ReplayStore).
-	deadLetterMarkOne, deadLetterMarkAll string
-	deadLettersMarked, deadLetterUnmark  string
+	deadLetterMarkOne, deadLetterMarkAll   string
+	deadLetterCountOne, deadLetterCountAll string // what a mark would mark
+	deadLettersMarked, deadLetterUnmark    string
 }
 
 // now renders the database's clock in the type of the processed_at column:
@@ -221,6 +222,8 @@ ON DUPLICATE KEY UPDATE reason = VALUES(reason), error_text = VALUES(error_text)
 	const markable = ` AND message_id IS NOT NULL AND replay_requested_at IS NULL`
 	q.deadLetterMarkOne = `UPDATE ` + dl + ` SET replay_requested_at = ` + q.ph(1) + ` WHERE id = ` + q.ph(2) + markable
 	q.deadLetterMarkAll = `UPDATE ` + dl + ` SET replay_requested_at = ` + q.ph(1) + ` WHERE consumer_name = ` + q.ph(2) + markable
+	q.deadLetterCountOne = `SELECT count(*) FROM ` + dl + ` WHERE id = ` + q.ph(1) + markable
+	q.deadLetterCountAll = `SELECT count(*) FROM ` + dl + ` WHERE consumer_name = ` + q.ph(1) + markable
 	q.deadLettersMarked = sel + ` WHERE consumer_name = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL
  ORDER BY replay_requested_at, id LIMIT ` + q.ph(2)
 	q.deadLetterUnmark = `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL`

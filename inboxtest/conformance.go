@@ -998,6 +998,50 @@ func cases[TTx any]() []testCase[TTx] {
 			requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 		}},
 
+		{"ReplayDryRunMarksNothing", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			ctx := context.Background()
+			for _, m := range []inbox.Message{msg(NewID()), msg(NewID()), {Payload: []byte("?"), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}}} {
+				if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m, Err: errBoom, Attempts: 3}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "inventory", Message: msg(NewID()), Err: errBoom, Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var one int64
+			for _, d := range list {
+				if d.MessageID != "" {
+					one = d.ID
+				}
+			}
+			// Counted as the mark would count: billing's with an id, not
+			// the one without, nor inventory's; and nothing is marked.
+			for range 2 {
+				n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing", DryRun: true})
+				requireEqual(t, "dry run error", err, nil)
+				requireEqual(t, "would mark", n, int64(2))
+			}
+			n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: one, DryRun: true})
+			requireEqual(t, "dry run of one error", err, nil)
+			requireEqual(t, "would mark one", n, int64(1))
+			n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: one})
+			requireEqual(t, "mark one error", err, nil)
+			requireEqual(t, "marked one after its dry run", n, int64(1))
+			n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing", DryRun: true})
+			requireEqual(t, "dry run error", err, nil)
+			requireEqual(t, "would mark, with one marked", n, int64(1))
+			n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+			requireEqual(t, "mark all error", err, nil)
+			requireEqual(t, "marked all after the dry runs", n, int64(1))
+			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40, DryRun: true})
+			requireErrorIs(t, err, inbox.ErrNotFound)
+		}},
+
 		{"ConcurrentReplays", func(t *testing.T, x *suite[TTx]) {
 			// Two replays of one marked dead letter race: the message is
 			// applied once.

@@ -146,6 +146,12 @@ func TestDeadLetterReplay(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Equal(t, "inbox deadletters: dead letter 987654321: not found\n", stderr)
 
+	// A dry run says what it would mark, and marks nothing: one of the
+	// two operators below still marks it.
+	code, stdout, stderr := run(t, env, append([]string{"deadletters", "replay", dl1, "--dry-run"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "would mark dead letter "+dl1+" (billing, message "+id1+") for replay: the next inbox.Client.ProcessReplays for billing replays it with the handler\n", stdout)
+
 	// Two operators mark the same dead letter at once: one marks it.
 	type result struct {
 		code   int
@@ -201,10 +207,20 @@ func TestDeadLetterReplay(t *testing.T) {
 	_, err = c.GetDeadLetter(ctx, mustInt(t, dl1))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
-	// Every dead letter of a consumer: those with an id.
-	code, stdout, stderr := run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all"}, db...)...)
+	// Every dead letter of a consumer: those with an id. It says how many
+	// before it marks them; with --dry-run it only says.
+	for range 2 {
+		code, stdout, stderr = run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all", "--dry-run"}, db...)...)
+		require.Equal(t, 0, code, stderr)
+		require.True(t, strings.HasPrefix(stdout, "would mark 1 dead letter of billing for replay\n"), stdout)
+	}
+	code, stdout, stderr = run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all"}, db...)...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "marked 1 dead letters of billing for replay")
+	require.Equal(t, "marking 1 dead letter of billing for replay\n"+
+		"marked 1 dead letter of billing for replay: the next inbox.Client.ProcessReplays for billing replays them with the handler\n", stdout)
+	code, stdout, stderr = run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all", "--dry-run"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "would mark 0 dead letters of billing for replay\n"), "marked ones are not counted: %s", stdout)
 	rs, err := c.ProcessReplays(ctx, "billing", credit)
 	require.NoError(t, err)
 	require.Len(t, rs, 1)
