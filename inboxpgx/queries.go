@@ -9,7 +9,7 @@ type queries struct {
 	claimPlain, applied      string
 	claimBatchPlain          string
 	purge, purgeCount        string
-	forget                   string
+	forget, forgetCount      string
 	stats, tableSize         string
 	deadLetter               string
 	deadLetters, deadLetter1 string
@@ -82,6 +82,8 @@ SELECT count(*) FROM purged`,
     DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
 )
 SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`,
+		forgetCount: `SELECT (SELECT count(*) FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2),
+       (SELECT count(*) FROM ` + effects + ` WHERE consumer_name = $1 AND message_id = $2)`,
 		stats: `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`,
 		// The sum over the partitions of a partitioned table, which has

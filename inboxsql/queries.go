@@ -26,6 +26,9 @@ type queries struct {
 	// entries, returning the count; elsewhere effectForget deletes those.
 	forget           string
 	stats, tableSize string
+	// forgetCount counts what a forget deletes: [0] the inbox row, [1]
+	// the ledger entries, each in its own database (Config.EffectsDB).
+	forgetCount [2]string
 
 	// The ledger's statements. Their parameters come in the order of the
 	// statement: the values set, then the key.
@@ -182,6 +185,9 @@ SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`
 	} else {
 		q.forget = `DELETE FROM ` + inbox + ` WHERE consumer_name = ? AND message_id = ?`
 		q.effectForget = `DELETE FROM ` + effects + ` WHERE consumer_name = ? AND message_id = ?`
+	}
+	for i, table := range []string{inbox, effects} {
+		q.forgetCount[i] = `SELECT count(*) FROM ` + table + ` WHERE consumer_name = ` + q.ph(1) + ` AND message_id = ` + q.ph(2)
 	}
 	q.effectQueries(effects)
 	q.stats = `SELECT consumer_name, count(*), min(processed_at), max(processed_at)

@@ -758,6 +758,13 @@ func cases[TTx any]() []testCase[TTx] {
 			ctx := context.Background()
 			id := NewID()
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			// A dry run counts the row, and deletes nothing.
+			for range 2 {
+				n, err := c.ForgetCount(ctx, "billing", strings.ToUpper(id))
+				requireEqual(t, "forget count error", err, nil)
+				requireEqual(t, "inbox rows to forget", n.InboxRows, int64(1))
+			}
+			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
 			if err := c.Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
 				t.Fatal(err)
 			}
@@ -767,6 +774,8 @@ func cases[TTx any]() []testCase[TTx] {
 			x.requireEffects("billing", id, 2)
 			requireErrorIs(t, c.Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
 			requireErrorIs(t, c.Forget(ctx, "inventory", id), inbox.ErrNotFound)
+			_, err := c.ForgetCount(ctx, "inventory", id)
+			requireErrorIs(t, err, inbox.ErrNotFound)
 		}},
 
 		{"InvalidInputBeforeSQL", func(t *testing.T, x *suite[TTx]) {
@@ -784,6 +793,8 @@ func cases[TTx any]() []testCase[TTx] {
 				_, err = c.ProcessBatch(ctx, consumer, []inbox.Message{msg(id)}, h)
 				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 				requireErrorIs(t, c.Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
+				_, err = c.ForgetCount(ctx, consumer, id)
+				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 			}
 			for _, bad := range []struct {
 				id   string
@@ -1154,4 +1165,9 @@ func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.
 func (d *countingDriver[TTx]) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool, error) {
 	d.calls.Add(1)
 	return d.Driver.Forget(ctx, p)
+}
+
+func (d *countingDriver[TTx]) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
+	d.calls.Add(1)
+	return d.Driver.ForgetCount(ctx, p)
 }

@@ -202,7 +202,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 
 	code, stdout, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", strings.ToUpper(recent)}, db...)...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "forgot billing/")
+	require.Equal(t, "deleted 1 inbox row of billing/"+strings.ToUpper(recent)+": its next delivery applies again\n", stdout)
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", recent}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
@@ -246,6 +246,40 @@ func TestSQLiteEffectsDB(t *testing.T) {
 	code, _, stderr = run(t, nil, "stats", "--database-url", "postgres://x", "--effects-db", dir+"/ledger.db")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--effects-db is for SQLite only")
+}
+
+// 'inbox forget' says what it deletes, the inbox row and the message's
+// effect-ledger entries, and with --dry-run deletes nothing.
+func TestForgetSaysWhatItDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := migratedPgx(t)
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	id := inboxtest.NewID()
+	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	for _, step := range []string{"capture", "email"} {
+		_, started, err := d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
+			EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: step}, Now: time.Now()})
+		require.NoError(t, err)
+		require.True(t, started)
+	}
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	args := []string{"forget", "--consumer", "billing", "--id", id, "--schema", schema}
+
+	code, stdout, stderr := run(t, env, append(args, "--dry-run")...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "would delete 1 inbox row of billing/"+id+" and 2 effect-ledger entries: its next delivery would apply again\n", stdout)
+	inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+
+	code, stdout, stderr = run(t, env, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "deleted 1 inbox row of billing/"+id+" and 2 effect-ledger entries: its next delivery applies again\n", stdout)
+	effects, err := c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: "billing", MessageID: id, Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, effects)
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
 }
 
 // Each error says once what failed: no "chaos: chaos:", and the prefix of

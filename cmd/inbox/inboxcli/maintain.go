@@ -133,11 +133,12 @@ func isTerminal(w io.Writer) bool {
 }
 
 func runForget(ctx context.Context, e *Env, args []string) error {
-	fs := command.NewFlags(e, "forget", "forget --consumer C --id ID [flags]")
+	fs := command.NewFlags(e, "forget", "forget --consumer C --id ID [--dry-run] [flags]")
 	var sf storeFlags
 	sf.register(fs)
 	consumer := fs.String("consumer", "", "the consumer whose row to delete (required)")
 	id := fs.String("id", "", "the message id (required)")
+	dryRun := fs.Bool("dry-run", false, "say what would be deleted, and delete nothing")
 	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
@@ -152,10 +153,23 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 		if _, err := c.Config().IDFormat.CanonicalID(*id); err != nil {
 			return command.Usagef("--id: %v", err)
 		}
+		// Say what it deletes: with --dry-run, instead.
+		n, err := c.ForgetCount(ctx, *consumer, *id)
+		if err != nil {
+			return err
+		}
+		what := fmt.Sprintf("%s of %s/%s", command.Count(n.InboxRows, "inbox row", "inbox rows"), *consumer, *id)
+		if n.Effects > 0 {
+			what += " and " + command.Count(n.Effects, "effect-ledger entry", "effect-ledger entries")
+		}
+		if *dryRun {
+			fmt.Fprintf(e.Stdout, "would delete %s: its next delivery would apply again\n", what)
+			return nil
+		}
 		if err := c.Forget(ctx, *consumer, *id); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.Stdout, "forgot %s/%s: its next delivery applies again\n", *consumer, *id)
+		fmt.Fprintf(e.Stdout, "deleted %s: its next delivery applies again\n", what)
 		return nil
 	})
 }
