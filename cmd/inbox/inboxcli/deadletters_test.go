@@ -15,7 +15,6 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -99,8 +98,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	code, _, stderr := run(t, env, append([]string{"migrate", "up"}, db...)...)
 	require.Equal(t, 0, code, stderr)
 	pool := inboxcli.SharedPool(t)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema})
 	c, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()

@@ -11,7 +11,6 @@ import (
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -90,8 +89,7 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, "table custom_inbox does not exist")
 	require.Contains(t, stderr, "schema of their own")
-	d, err := inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema, Inbox: "custom_inbox"}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema, Inbox: "custom_inbox"})
 	exists, err := d.TableExists(ctx, "custom_inbox")
 	require.NoError(t, err)
 	require.False(t, exists, "the refused migration created nothing")
@@ -136,8 +134,7 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	code, stdout, stderr = run(t, env, "migrate", "up", "--schema", own, "--table", "custom_inbox")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "applied 001_inbox")
-	d, err = inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: own, Inbox: "custom_inbox"}})
-	require.NoError(t, err)
+	d = pgxDriver(t, inboxdriver.Tables{Schema: own, Inbox: "custom_inbox"})
 	exists, err = d.TableExists(ctx, "custom_inbox")
 	require.NoError(t, err)
 	require.True(t, exists)
