@@ -48,6 +48,9 @@ func (a *Admin) replayStore() (inboxdriver.ReplayStore, error) {
 type ReplayDeadLettersParams struct {
 	ID       int64
 	Consumer string
+	// DryRun marks nothing: ReplayDeadLetters returns how many it would
+	// mark, so that a tool says it before it marks them.
+	DryRun bool
 }
 
 // ReplayDeadLetters asks for the replay of dead letters: it marks them, so
@@ -58,8 +61,9 @@ type ReplayDeadLettersParams struct {
 // counted; of two concurrent requests, one counts it. For one ID, it
 // returns an error wrapping ErrNotFound when there is no such dead letter,
 // and ErrNoMessageID when it has no valid id (no replay can apply it: fix
-// the producer and publish it again). The store's tables need migration
-// 005.
+// the producer and publish it again). With p.DryRun it marks nothing, and
+// returns, with the same errors, how many it would mark. The store's
+// tables need migration 005.
 func (a *Admin) ReplayDeadLetters(ctx context.Context, p ReplayDeadLettersParams) (int64, error) {
 	switch {
 	case p.ID != 0 && p.Consumer != "":
@@ -73,7 +77,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, p ReplayDeadLettersParams
 	if err != nil {
 		return 0, err
 	}
-	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{ID: p.ID, Consumer: p.Consumer, Now: a.config.Now()})
+	n, err := rs.DeadLetterMarkReplay(ctx, &inboxdriver.DeadLetterMarkParams{ID: p.ID, Consumer: p.Consumer, Now: a.config.Now(), DryRun: p.DryRun})
 	switch {
 	case err != nil && p.ID != 0:
 		return 0, fmt.Errorf("inbox: mark dead letter %d for replay: %w", p.ID, a.classify(err))

@@ -121,6 +121,10 @@ type Admin interface {
 	// was deleted.
 	Forget(ctx context.Context, p *ForgetParams) (bool, error)
 
+	// ForgetCount counts the rows that Forget would delete, for a dry run:
+	// the message's inbox row and its effect-ledger entries.
+	ForgetCount(ctx context.Context, p *ForgetParams) (ForgetCounts, error)
+
 	// inboxtype.Stats reports the inbox's size.
 	Stats(ctx context.Context) (*inboxtype.Stats, error)
 
@@ -345,6 +349,14 @@ type PurgeParams struct {
 type ForgetParams struct {
 	Consumer string
 	ID       string
+}
+
+// ForgetCounts are the rows of one message that a forget deletes.
+type ForgetCounts struct {
+	// Inbox counts its inbox rows: 0 or 1.
+	Inbox int64
+	// Effects counts its effect-ledger entries, one per step.
+	Effects int64
 }
 
 // TakeoverParams name a source of messages that one consumer owns at a

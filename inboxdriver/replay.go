@@ -22,7 +22,8 @@ type ReplayStore interface {
 	// with id p.ID, or, when p.ID is 0, every one of p.Consumer. It marks
 	// only those that have a message id and are not marked yet, and
 	// returns how many it marked. Two concurrent marks of one dead letter
-	// mark it once.
+	// mark it once. With p.DryRun it marks none, and returns how many it
+	// would mark.
 	DeadLetterMarkReplay(ctx context.Context, p *DeadLetterMarkParams) (int64, error)
 
 	// DeadLettersMarked lists p.Consumer's dead letters that are marked
@@ -42,4 +43,7 @@ type DeadLetterMarkParams struct {
 	Consumer string
 	// Now is the time of the request, recorded with the mark.
 	Now time.Time
+	// DryRun counts the dead letters the mark would apply to, and marks
+	// none.
+	DryRun bool
 }

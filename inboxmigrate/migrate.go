@@ -124,6 +124,11 @@ func (m *Migrator) UpTo(ctx context.Context, version int) ([]Info, error) {
 // migrations are missing: the version table then records other table
 // names, whose migrations a revert would undo.
 func (m *Migrator) Down(ctx context.Context, version int) ([]Info, error) {
+	// Nothing is applied where there is no version table: there is
+	// nothing to revert, and nothing is made.
+	if ok, err := m.versionTableExists(ctx); err != nil || !ok {
+		return nil, err
+	}
 	var done []Info
 	err := m.locked(ctx, func(ctx context.Context, applied []int64) error {
 		missing, err := m.missing(ctx, applied)
@@ -163,7 +168,8 @@ func (m *Migrator) Down(ctx context.Context, version int) ([]Info, error) {
 	return done, err
 }
 
-// Current returns the newest applied version, 0 if none.
+// Current returns the newest applied version, 0 if none, only reading, as
+// Status does.
 func (m *Migrator) Current(ctx context.Context) (int, error) {
 	st, err := m.Status(ctx)
 	if err != nil {
@@ -195,16 +201,58 @@ func (m *Migrator) Applied(ctx context.Context) ([]int, error) {
 	return applied, err
 }
 
-// Status lists every migration and whether the store has it.
+// Status lists every migration and whether the store has it. It only
+// reads: a store without the version table has none, and is left without
+// it (and without its schema). A store that does not read its catalog
+// (inboxdriver.Catalog) gets the version table made, as Up makes it.
 func (m *Migrator) Status(ctx context.Context) ([]Info, error) {
+	var applied []int64
+	var err error
+	if _, ok := m.admin.(inboxdriver.Catalog); ok {
+		applied, err = m.appliedOrNone(ctx)
+	} else {
+		err = m.locked(ctx, func(_ context.Context, a []int64) error {
+			applied = a
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
 	var out []Info
-	err := m.locked(ctx, func(ctx context.Context, applied []int64) error {
-		for _, mg := range migrations {
-			out = append(out, Info{Version: mg.version, Name: mg.name, Applied: slices.Contains(applied, int64(mg.version))})
-		}
-		return nil
-	})
-	return out, err
+	for _, mg := range migrations {
+		out = append(out, Info{Version: mg.version, Name: mg.name, Applied: slices.Contains(applied, int64(mg.version))})
+	}
+	return out, nil
+}
+
+// versionTableExists reports, only reading, whether the store has the
+// version table. A store that does not read its catalog
+// (inboxdriver.Catalog) is taken to have it.
+func (m *Migrator) versionTableExists(ctx context.Context) (bool, error) {
+	cat, ok := m.admin.(inboxdriver.Catalog)
+	if !ok {
+		return true, nil
+	}
+	ok, err := cat.TableExists(ctx, m.s.t.Migrations)
+	if err != nil {
+		return false, fmt.Errorf("inbox: look for table %s: %w", m.s.t.Migrations, err)
+	}
+	return ok, nil
+}
+
+// appliedOrNone returns the applied versions, only reading, and none
+// where there is no version table. On a store that does not read its
+// catalog, a missing version table fails with the store's error (Applied).
+func (m *Migrator) appliedOrNone(ctx context.Context) ([]int64, error) {
+	if ok, err := m.versionTableExists(ctx); err != nil || !ok {
+		return nil, err
+	}
+	applied, err := m.Applied(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: read applied migrations: %w", err)
+	}
+	return int64s(applied), nil
 }
 
 // locked runs fn under the migration lock with the applied versions,

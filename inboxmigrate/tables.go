@@ -125,11 +125,10 @@ type TableRows struct {
 // drop rows unless told to. It returns ErrTablesMissing, as Down does, when
 // tables of applied migrations are missing.
 func (m *Migrator) Plan(ctx context.Context, version int) ([]Step, error) {
-	applied, err := m.Applied(ctx)
+	vs, err := m.appliedOrNone(ctx)
 	if err != nil {
 		return nil, err
 	}
-	vs := int64s(applied)
 	missing, err := m.missing(ctx, vs)
 	if err != nil {
 		return nil, err
@@ -140,7 +139,7 @@ func (m *Migrator) Plan(ctx context.Context, version int) ([]Step, error) {
 	var steps []Step
 	for i := len(migrations) - 1; i >= 0; i-- {
 		mg := migrations[i]
-		if mg.version <= version || !slices.Contains(applied, mg.version) {
+		if mg.version <= version || !slices.Contains(vs, int64(mg.version)) {
 			continue
 		}
 		st := Step{Info: Info{Version: mg.version, Name: mg.name, Applied: true}}

@@ -119,6 +119,13 @@ func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool,
 	return n > 0, nil
 }
 
+// ForgetCount implements inboxdriver.Admin.
+func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
+	var n inboxdriver.ForgetCounts
+	err := d.pool.QueryRow(ctx, d.q.forgetCount, p.Consumer, p.ID).Scan(&n.Inbox, &n.Effects)
+	return n, err
+}
+
 // Stats implements inboxdriver.Admin.
 func (d *Driver) Stats(ctx context.Context) (*inboxtype.Stats, error) {
 	rows, err := d.pool.Query(ctx, d.q.stats)

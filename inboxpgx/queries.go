@@ -9,14 +9,15 @@ type queries struct {
 	claimPlain, applied      string
 	claimBatchPlain          string
 	purge, purgeCount        string
-	forget                   string
+	forget, forgetCount      string
 	stats, tableSize         string
 	deadLetter               string
 	deadLetters, deadLetter1 string
 	deadLetterDelete         string
 	// The replay requests' statements (inboxdriver.ReplayStore).
-	deadLetterMarkOne, deadLetterMarkAll string
-	deadLettersMarked, deadLetterUnmark  string
+	deadLetterMarkOne, deadLetterMarkAll   string
+	deadLetterCountOne, deadLetterCountAll string // what a mark would mark
+	deadLettersMarked, deadLetterUnmark    string
 
 	effectInsert, effectLock, effectRestart string
 	effectDone, effectFailed, effectResolve string
@@ -81,6 +82,8 @@ SELECT count(*) FROM purged`,
     DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
 )
 SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`,
+		forgetCount: `SELECT (SELECT count(*) FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2),
+       (SELECT count(*) FROM ` + effects + ` WHERE consumer_name = $1 AND message_id = $2)`,
 		stats: `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`,
 		// The sum over the partitions of a partitioned table, which has
@@ -101,6 +104,10 @@ ON CONFLICT (consumer_name, dedup_key) DO UPDATE
  WHERE id = $2 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
 		deadLetterMarkAll: `UPDATE ` + dl + ` SET replay_requested_at = $1
  WHERE consumer_name = $2 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
+		deadLetterCountOne: `SELECT count(*) FROM ` + dl + `
+ WHERE id = $1 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
+		deadLetterCountAll: `SELECT count(*) FROM ` + dl + `
+ WHERE consumer_name = $1 AND message_id IS NOT NULL AND replay_requested_at IS NULL`,
 		deadLettersMarked: `SELECT ` + dlCols + ` FROM ` + dl + `
  WHERE consumer_name = $1 AND replay_requested_at IS NOT NULL ORDER BY replay_requested_at, id LIMIT $2`,
 		deadLetterUnmark: `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = $1 AND replay_requested_at IS NOT NULL`,

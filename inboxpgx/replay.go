@@ -13,9 +13,22 @@ var _ inboxdriver.ReplayStore = (*Driver)(nil)
 
 // DeadLetterMarkReplay implements inboxdriver.ReplayStore.
 func (d *Driver) DeadLetterMarkReplay(ctx context.Context, p *inboxdriver.DeadLetterMarkParams) (int64, error) {
-	query, key := d.q.deadLetterMarkOne, any(p.ID)
+	key := any(p.ID)
 	if p.ID == 0 {
-		query, key = d.q.deadLetterMarkAll, p.Consumer
+		key = p.Consumer
+	}
+	if p.DryRun {
+		query := d.q.deadLetterCountOne
+		if p.ID == 0 {
+			query = d.q.deadLetterCountAll
+		}
+		var n int64
+		err := d.pool.QueryRow(ctx, query, key).Scan(&n)
+		return n, err
+	}
+	query := d.q.deadLetterMarkOne
+	if p.ID == 0 {
+		query = d.q.deadLetterMarkAll
 	}
 	ct, err := d.pool.Exec(ctx, query, p.Now, key)
 	if err != nil {

@@ -189,6 +189,20 @@ func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool,
 	}
 }
 
+// ForgetCount implements inboxdriver.Admin.
+func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
+	var n inboxdriver.ForgetCounts
+	if err := d.db.QueryRowContext(ctx, d.q.forgetCount[0], p.Consumer, p.ID).Scan(&n.Inbox); err != nil {
+		return n, err
+	}
+	ledger := d.db
+	if d.effectsDB != nil {
+		ledger = d.effectsDB
+	}
+	err := ledger.QueryRowContext(ctx, d.q.forgetCount[1], p.Consumer, p.ID).Scan(&n.Effects)
+	return n, err
+}
+
 // execCount runs a statement and returns the rows it affected.
 func execCount(ctx context.Context, q execQuerier, query string, args ...any) (int64, error) {
 	res, err := q.ExecContext(ctx, query, args...)

@@ -26,6 +26,9 @@ type queries struct {
 	// entries, returning the count; elsewhere effectForget deletes those.
 	forget           string
 	stats, tableSize string
+	// forgetCount counts what a forget deletes: [0] the inbox row, [1]
+	// the ledger entries, each in its own database (Config.EffectsDB).
+	forgetCount [2]string
 
 	// The ledger's statements. Their parameters come in the order of the
 	// statement: the values set, then the key.
@@ -38,8 +41,9 @@ type queries struct {
 	deadLetterGet              string
 	deadLetterDelete           string
 	// The replay requests' statements (inboxdriver.ReplayStore).
-	deadLetterMarkOne, deadLetterMarkAll string
-	deadLettersMarked, deadLetterUnmark  string
+	deadLetterMarkOne, deadLetterMarkAll   string
+	deadLetterCountOne, deadLetterCountAll string // what a mark would mark
+	deadLettersMarked, deadLetterUnmark    string
 }
 
 // now renders the database's clock in the type of the processed_at column:
@@ -182,6 +186,9 @@ SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`
 		q.forget = `DELETE FROM ` + inbox + ` WHERE consumer_name = ? AND message_id = ?`
 		q.effectForget = `DELETE FROM ` + effects + ` WHERE consumer_name = ? AND message_id = ?`
 	}
+	for i, table := range []string{inbox, effects} {
+		q.forgetCount[i] = `SELECT count(*) FROM ` + table + ` WHERE consumer_name = ` + q.ph(1) + ` AND message_id = ` + q.ph(2)
+	}
 	q.effectQueries(effects)
 	q.stats = `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
   FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`
@@ -221,6 +228,8 @@ ON DUPLICATE KEY UPDATE reason = VALUES(reason), error_text = VALUES(error_text)
 	const markable = ` AND message_id IS NOT NULL AND replay_requested_at IS NULL`
 	q.deadLetterMarkOne = `UPDATE ` + dl + ` SET replay_requested_at = ` + q.ph(1) + ` WHERE id = ` + q.ph(2) + markable
 	q.deadLetterMarkAll = `UPDATE ` + dl + ` SET replay_requested_at = ` + q.ph(1) + ` WHERE consumer_name = ` + q.ph(2) + markable
+	q.deadLetterCountOne = `SELECT count(*) FROM ` + dl + ` WHERE id = ` + q.ph(1) + markable
+	q.deadLetterCountAll = `SELECT count(*) FROM ` + dl + ` WHERE consumer_name = ` + q.ph(1) + markable
 	q.deadLettersMarked = sel + ` WHERE consumer_name = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL
  ORDER BY replay_requested_at, id LIMIT ` + q.ph(2)
 	q.deadLetterUnmark = `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL`

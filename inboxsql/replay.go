@@ -11,9 +11,22 @@ var _ inboxdriver.ReplayStore = (*Driver)(nil)
 
 // DeadLetterMarkReplay implements inboxdriver.ReplayStore.
 func (d *Driver) DeadLetterMarkReplay(ctx context.Context, p *inboxdriver.DeadLetterMarkParams) (int64, error) {
-	query, key := d.q.deadLetterMarkOne, any(p.ID)
+	key := any(p.ID)
 	if p.ID == 0 {
-		query, key = d.q.deadLetterMarkAll, p.Consumer
+		key = p.Consumer
+	}
+	if p.DryRun {
+		query := d.q.deadLetterCountOne
+		if p.ID == 0 {
+			query = d.q.deadLetterCountAll
+		}
+		var n int64
+		err := d.db.QueryRowContext(ctx, query, key).Scan(&n)
+		return n, err
+	}
+	query := d.q.deadLetterMarkOne
+	if p.ID == 0 {
+		query = d.q.deadLetterMarkAll
 	}
 	res, err := d.db.ExecContext(ctx, query, d.timeArg(p.Now), key)
 	if err != nil {

@@ -758,6 +758,13 @@ func cases[TTx any]() []testCase[TTx] {
 			ctx := context.Background()
 			id := NewID()
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			// A dry run counts the row, and deletes nothing.
+			for range 2 {
+				n, err := c.ForgetCount(ctx, "billing", strings.ToUpper(id))
+				requireEqual(t, "forget count error", err, nil)
+				requireEqual(t, "inbox rows to forget", n.InboxRows, int64(1))
+			}
+			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
 			if err := c.Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
 				t.Fatal(err)
 			}
@@ -767,6 +774,8 @@ func cases[TTx any]() []testCase[TTx] {
 			x.requireEffects("billing", id, 2)
 			requireErrorIs(t, c.Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
 			requireErrorIs(t, c.Forget(ctx, "inventory", id), inbox.ErrNotFound)
+			_, err := c.ForgetCount(ctx, "inventory", id)
+			requireErrorIs(t, err, inbox.ErrNotFound)
 		}},
 
 		{"InvalidInputBeforeSQL", func(t *testing.T, x *suite[TTx]) {
@@ -784,6 +793,8 @@ func cases[TTx any]() []testCase[TTx] {
 				_, err = c.ProcessBatch(ctx, consumer, []inbox.Message{msg(id)}, h)
 				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 				requireErrorIs(t, c.Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
+				_, err = c.ForgetCount(ctx, consumer, id)
+				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 			}
 			for _, bad := range []struct {
 				id   string
@@ -998,6 +1009,50 @@ func cases[TTx any]() []testCase[TTx] {
 			requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 		}},
 
+		{"ReplayDryRunMarksNothing", func(t *testing.T, x *suite[TTx]) {
+			c := x.client(nil)
+			ctx := context.Background()
+			for _, m := range []inbox.Message{msg(NewID()), msg(NewID()), {Payload: []byte("?"), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}}} {
+				if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m, Err: errBoom, Attempts: 3}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "inventory", Message: msg(NewID()), Err: errBoom, Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+			list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var one int64
+			for _, d := range list {
+				if d.MessageID != "" {
+					one = d.ID
+				}
+			}
+			// Counted as the mark would count: billing's with an id, not
+			// the one without, nor inventory's; and nothing is marked.
+			for range 2 {
+				n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing", DryRun: true})
+				requireEqual(t, "dry run error", err, nil)
+				requireEqual(t, "would mark", n, int64(2))
+			}
+			n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: one, DryRun: true})
+			requireEqual(t, "dry run of one error", err, nil)
+			requireEqual(t, "would mark one", n, int64(1))
+			n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: one})
+			requireEqual(t, "mark one error", err, nil)
+			requireEqual(t, "marked one after its dry run", n, int64(1))
+			n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing", DryRun: true})
+			requireEqual(t, "dry run error", err, nil)
+			requireEqual(t, "would mark, with one marked", n, int64(1))
+			n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+			requireEqual(t, "mark all error", err, nil)
+			requireEqual(t, "marked all after the dry runs", n, int64(1))
+			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40, DryRun: true})
+			requireErrorIs(t, err, inbox.ErrNotFound)
+		}},
+
 		{"ConcurrentReplays", func(t *testing.T, x *suite[TTx]) {
 			// Two replays of one marked dead letter race: the message is
 			// applied once.
@@ -1110,4 +1165,9 @@ func (d *countingDriver[TTx]) Claim(ctx context.Context, tx TTx, p *inboxdriver.
 func (d *countingDriver[TTx]) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool, error) {
 	d.calls.Add(1)
 	return d.Driver.Forget(ctx, p)
+}
+
+func (d *countingDriver[TTx]) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
+	d.calls.Add(1)
+	return d.Driver.ForgetCount(ctx, p)
 }

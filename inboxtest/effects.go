@@ -397,6 +397,10 @@ func effectCases[TTx any]() []testCase[TTx] {
 			id := NewID()
 			h, _ := x.effectHandler(c, r, "capture", nil, "billing")
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
+			n, err := c.ForgetCount(ctx, "billing", id)
+			requireEqual(t, "forget count error", err, nil)
+			requireEqual(t, "rows to forget", n, inbox.ForgetResult{InboxRows: 1, Effects: 1})
+			requireEqual(t, "entries after the count", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 1)
 			if err := c.Forget(ctx, "billing", id); err != nil {
 				t.Fatal(err)
 			}
@@ -409,6 +413,9 @@ func effectCases[TTx any]() []testCase[TTx] {
 			// forgotten too.
 			parked := NewID()
 			x.startStep("billing", parked, "capture", time.Now())
+			n, err = c.ForgetCount(ctx, "billing", parked)
+			requireEqual(t, "forget count error", err, nil)
+			requireEqual(t, "rows to forget of a parked message", n, inbox.ForgetResult{InboxRows: 0, Effects: 1})
 			if err := c.Forget(ctx, "billing", parked); err != nil {
 				t.Fatalf("Forget of a message with only a ledger entry: %v", err)
 			}

@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/command/commandtest"
 	"github.com/txinbox/inbox/internal/require"
@@ -83,6 +81,36 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// A zero window, horizon, retention or skew, which would let a purge or a
+// drop reach every row or be read as the library's default, and a skew
+// the other durations do not cover, are usage mistakes that name the flag,
+// refused before the database (one that does not answer here) is reached.
+func TestZeroOrInconsistentWindowsNameTheFlag(t *testing.T) {
+	t.Parallel()
+	nowhere := []string{"--database-url", "postgres://nobody@127.0.0.1:1/none?connect_timeout=2"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"purge", "--older-than", "0s", "--replay-horizon", "0s"}, "--older-than 0s: must be positive"},
+		{[]string{"purge", "--older-than", "30d", "--replay-horizon", "0d"}, "--replay-horizon 0s: must be positive"},
+		{[]string{"purge", "--older-than", "13d"}, "--older-than 13d: purge of rows older than 13d refused: the replay horizon is 14d"},
+		{[]string{"partitions", "drop", "--retention", "0s", "--replay-horizon", "0s", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
+		{[]string{"partitions", "drop", "--retention", "0s"}, "--retention 0s: must be positive"},
+		{[]string{"partitions", "drop", "--retention", "30d", "--replay-horizon", "0s"}, "--replay-horizon 0s: must be positive"},
+		{[]string{"partitions", "drop", "--retention", "20d", "--max-skew", "8d"}, "--retention 20d: a retention of 20d is shorter than the replay horizon 14d plus the producers' clock skew 8d"},
+		{[]string{"partitions", "premake", "--ahead", "0s"}, "--ahead 0s: must be positive"},
+		{[]string{"partitions", "premake", "--ahead", "2d", "--max-skew", "3d"}, "--ahead 2d is shorter than --max-skew 3d"},
+		{[]string{"partitions", "adopt", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
+	} {
+		code, stdout, stderr := run(t, nil, append(tc.args, nowhere...)...)
+		require.Equal(t, 2, code, "%q: %s", tc.args, stderr)
+		require.Empty(t, stdout, "%q", tc.args)
+		requireOneLine(t, stderr)
+		require.Contains(t, stderr, tc.want, "%q", tc.args)
+	}
+}
+
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	code, stdout, _ := run(t, nil, "help")
@@ -128,11 +156,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	require.NotContains(t, stdout, "pending")
 
 	// Fill the inbox: three rows 40 days old, one new.
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema})
 	client, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
@@ -172,7 +196,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 
 	code, stdout, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", strings.ToUpper(recent)}, db...)...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "forgot billing/")
+	require.Equal(t, "deleted 1 inbox row of billing/"+strings.ToUpper(recent)+": its next delivery applies again\n", stdout)
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", recent}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
@@ -216,6 +240,40 @@ func TestSQLiteEffectsDB(t *testing.T) {
 	code, _, stderr = run(t, nil, "stats", "--database-url", "postgres://x", "--effects-db", dir+"/ledger.db")
 	require.Equal(t, 2, code)
 	require.Contains(t, stderr, "--effects-db is for SQLite only")
+}
+
+// 'inbox forget' says what it deletes, the inbox row and the message's
+// effect-ledger entries, and with --dry-run deletes nothing.
+func TestForgetSaysWhatItDeletes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, schema := migratedPgx(t)
+	c, err := inbox.NewClient(d, nil)
+	require.NoError(t, err)
+	id := inboxtest.NewID()
+	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+	for _, step := range []string{"capture", "email"} {
+		_, started, err := d.EffectBegin(ctx, &inboxdriver.EffectBeginParams{
+			EffectKeyParams: inboxdriver.EffectKeyParams{Consumer: "billing", ID: id, Step: step}, Now: time.Now()})
+		require.NoError(t, err)
+		require.True(t, started)
+	}
+	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
+	args := []string{"forget", "--consumer", "billing", "--id", id, "--schema", schema}
+
+	code, stdout, stderr := run(t, env, append(args, "--dry-run")...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "would delete 1 inbox row of billing/"+id+" and 2 effect-ledger entries: its next delivery would apply again\n", stdout)
+	inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
+
+	code, stdout, stderr = run(t, env, args...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "deleted 1 inbox row of billing/"+id+" and 2 effect-ledger entries: its next delivery applies again\n", stdout)
+	effects, err := c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: "billing", MessageID: id, Limit: 10})
+	require.NoError(t, err)
+	require.Empty(t, effects)
+	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
 }
 
 // Each error says once what failed: no "chaos: chaos:", and the prefix of

@@ -143,11 +143,12 @@ with the new error.`
 
 // runReplay marks one dead letter, or every one of a consumer, for replay.
 func runReplay(ctx context.Context, e *Env, args []string) error {
-	fs := command.NewFlags(e, "deadletters replay", "deadletters replay ID | --consumer C --all [flags]\n\n"+replayNote)
+	fs := command.NewFlags(e, "deadletters replay", "deadletters replay ID | --consumer C --all [--dry-run] [flags]\n\n"+replayNote)
 	var sf storeFlags
 	sf.register(fs)
 	consumer := fs.String("consumer", "", "mark every dead letter of this consumer (with --all)")
 	all := fs.Bool("all", false, "with --consumer: mark all of its dead letters")
+	dryRun := fs.Bool("dry-run", false, "say how many dead letters would be marked, and mark none")
 	// Take the ID before the flags too: 'replay 7 --schema s'.
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		args = append(args[1:], args[0])
@@ -168,7 +169,7 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 			if err != nil {
 				return err
 			}
-			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id})
+			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id, DryRun: *dryRun})
 			if err != nil {
 				return err
 			}
@@ -176,8 +177,12 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, command.Text(d.Consumer))
 				return nil
 			}
-			fmt.Fprintf(e.Stdout, "marked dead letter %d (%s, message %s) for replay: the next inbox.Client.ProcessReplays for %s replays it with the handler\n",
-				id, command.Text(d.Consumer), command.Text(d.MessageID), command.Text(d.Consumer))
+			verb := "marked"
+			if *dryRun {
+				verb = "would mark"
+			}
+			fmt.Fprintf(e.Stdout, "%s dead letter %d (%s, message %s) for replay: the next inbox.Client.ProcessReplays for %s replays it with the handler\n",
+				verb, id, command.Text(d.Consumer), command.Text(d.MessageID), command.Text(d.Consumer))
 			return nil
 		})
 	case *consumer == "" && *all:
@@ -191,14 +196,26 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 		return err
 	}
 	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
-		n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer})
+		// Say how many it will mark before it marks them: with
+		// --dry-run, instead.
+		n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer, DryRun: true})
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.Stdout, "marked %d dead letters of %s for replay: the next inbox.Client.ProcessReplays for %s replays them with the handler\n", n, *consumer, *consumer)
-		if n == 0 {
+		letters := command.Count(n, "dead letter", "dead letters")
+		if *dryRun || n == 0 {
+			verb := map[bool]string{true: "would mark", false: "marked"}[*dryRun]
+			fmt.Fprintf(e.Stdout, "%s %s of %s for replay\n", verb, letters, *consumer)
 			fmt.Fprintln(e.Stdout, "(dead letters already marked, and those without a valid message id, are not counted: no replay can apply the latter)")
+			return nil
 		}
+		fmt.Fprintf(e.Stdout, "marking %s of %s for replay\n", letters, *consumer)
+		n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "marked %s of %s for replay: the next inbox.Client.ProcessReplays for %s replays them with the handler\n",
+			command.Count(n, "dead letter", "dead letters"), *consumer, *consumer)
 		return nil
 	})
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -99,8 +98,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	code, _, stderr := run(t, env, append([]string{"migrate", "up"}, db...)...)
 	require.Equal(t, 0, code, stderr)
 	pool := inboxcli.SharedPool(t)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema})
 	c, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
@@ -145,6 +143,12 @@ func TestDeadLetterReplay(t *testing.T) {
 	code, _, stderr = run(t, env, append([]string{"deadletters", "replay", "987654321"}, db...)...)
 	require.Equal(t, 1, code)
 	require.Equal(t, "inbox deadletters: dead letter 987654321: not found\n", stderr)
+
+	// A dry run says what it would mark, and marks nothing: one of the
+	// two operators below still marks it.
+	code, stdout, stderr := run(t, env, append([]string{"deadletters", "replay", dl1, "--dry-run"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "would mark dead letter "+dl1+" (billing, message "+id1+") for replay: the next inbox.Client.ProcessReplays for billing replays it with the handler\n", stdout)
 
 	// Two operators mark the same dead letter at once: one marks it.
 	type result struct {
@@ -201,10 +205,20 @@ func TestDeadLetterReplay(t *testing.T) {
 	_, err = c.GetDeadLetter(ctx, mustInt(t, dl1))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
-	// Every dead letter of a consumer: those with an id.
-	code, stdout, stderr := run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all"}, db...)...)
+	// Every dead letter of a consumer: those with an id. It says how many
+	// before it marks them; with --dry-run it only says.
+	for range 2 {
+		code, stdout, stderr = run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all", "--dry-run"}, db...)...)
+		require.Equal(t, 0, code, stderr)
+		require.True(t, strings.HasPrefix(stdout, "would mark 1 dead letter of billing for replay\n"), stdout)
+	}
+	code, stdout, stderr = run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all"}, db...)...)
 	require.Equal(t, 0, code, stderr)
-	require.Contains(t, stdout, "marked 1 dead letters of billing for replay")
+	require.Equal(t, "marking 1 dead letter of billing for replay\n"+
+		"marked 1 dead letter of billing for replay: the next inbox.Client.ProcessReplays for billing replays them with the handler\n", stdout)
+	code, stdout, stderr = run(t, env, append([]string{"deadletters", "replay", "--consumer", "billing", "--all", "--dry-run"}, db...)...)
+	require.Equal(t, 0, code, stderr)
+	require.True(t, strings.HasPrefix(stdout, "would mark 0 dead letters of billing for replay\n"), "marked ones are not counted: %s", stdout)
 	rs, err := c.ProcessReplays(ctx, "billing", credit)
 	require.NoError(t, err)
 	require.Len(t, rs, 1)

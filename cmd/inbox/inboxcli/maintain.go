@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -32,6 +34,9 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	if !olderThan.Given {
 		return command.Usagef("--older-than is required")
 	}
+	if err := positive(map[string]time.Duration{"older-than": olderThan.Value, "replay-horizon": horizon.Value}); err != nil {
+		return err
+	}
 	if *batch <= 0 {
 		return command.Usagef("--batch %d: must be positive", *batch)
 	}
@@ -43,12 +48,25 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	// A window inside the replay horizon is refused before any database
 	// is reached, as the other mistakes of the command line are.
 	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
-		return command.Usagef("%s", command.Message(err))
+		return command.Usagef("--older-than %s: %s", inbox.FormatDuration(olderThan.Value), command.Message(err))
 	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
 		return purge(ctx, e, c, olderThan.Value, *consumer, *batch, *dryRun)
 	})
+}
+
+// positive refuses, naming the flag, a duration flag that is zero: a
+// window, horizon, retention or skew of zero would let a purge or a drop
+// reach every row, or be read by the library as its default. (A negative
+// one is refused as the flag is parsed.)
+func positive(flags map[string]time.Duration) error {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		if flags[name] <= 0 {
+			return command.Usagef("--%s %v: must be positive", name, flags[name])
+		}
+	}
+	return nil
 }
 
 func purge(ctx context.Context, e *Env, c *inbox.Admin, olderThan time.Duration, consumer string, batch int, dryRun bool) error {
@@ -115,11 +133,12 @@ func isTerminal(w io.Writer) bool {
 }
 
 func runForget(ctx context.Context, e *Env, args []string) error {
-	fs := command.NewFlags(e, "forget", "forget --consumer C --id ID [flags]")
+	fs := command.NewFlags(e, "forget", "forget --consumer C --id ID [--dry-run] [flags]")
 	var sf storeFlags
 	sf.register(fs)
 	consumer := fs.String("consumer", "", "the consumer whose row to delete (required)")
 	id := fs.String("id", "", "the message id (required)")
+	dryRun := fs.Bool("dry-run", false, "say what would be deleted, and delete nothing")
 	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
@@ -134,10 +153,23 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 		if _, err := c.Config().IDFormat.CanonicalID(*id); err != nil {
 			return command.Usagef("--id: %v", err)
 		}
+		// Say what it deletes: with --dry-run, instead.
+		n, err := c.ForgetCount(ctx, *consumer, *id)
+		if err != nil {
+			return err
+		}
+		what := fmt.Sprintf("%s of %s/%s", command.Count(n.InboxRows, "inbox row", "inbox rows"), *consumer, *id)
+		if n.Effects > 0 {
+			what += " and " + command.Count(n.Effects, "effect-ledger entry", "effect-ledger entries")
+		}
+		if *dryRun {
+			fmt.Fprintf(e.Stdout, "would delete %s: its next delivery would apply again\n", what)
+			return nil
+		}
 		if err := c.Forget(ctx, *consumer, *id); err != nil {
 			return err
 		}
-		fmt.Fprintf(e.Stdout, "forgot %s/%s: its next delivery applies again\n", *consumer, *id)
+		fmt.Fprintf(e.Stdout, "deleted %s: its next delivery applies again\n", what)
 		return nil
 	})
 }

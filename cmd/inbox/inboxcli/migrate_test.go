@@ -2,13 +2,16 @@ package inboxcli_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/outbox"
@@ -86,8 +89,7 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	requireOneLine(t, stderr)
 	require.Contains(t, stderr, "table custom_inbox does not exist")
 	require.Contains(t, stderr, "schema of their own")
-	d, err := inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema, Inbox: "custom_inbox"}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema, Inbox: "custom_inbox"})
 	exists, err := d.TableExists(ctx, "custom_inbox")
 	require.NoError(t, err)
 	require.False(t, exists, "the refused migration created nothing")
@@ -132,8 +134,7 @@ func TestMigrateUpOtherTableNames(t *testing.T) {
 	code, stdout, stderr = run(t, env, "migrate", "up", "--schema", own, "--table", "custom_inbox")
 	require.Equal(t, 0, code, stderr)
 	require.Contains(t, stdout, "applied 001_inbox")
-	d, err = inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: own, Inbox: "custom_inbox"}})
-	require.NoError(t, err)
+	d = pgxDriver(t, inboxdriver.Tables{Schema: own, Inbox: "custom_inbox"})
 	exists, err = d.TableExists(ctx, "custom_inbox")
 	require.NoError(t, err)
 	require.True(t, exists)
@@ -178,5 +179,70 @@ func TestIDTypeAndTableNameMistakes(t *testing.T) {
 		require.Empty(t, stdout)
 		requireOneLine(t, stderr)
 		require.NotContains(t, stderr, "SQLSTATE", "%q", args)
+	}
+}
+
+// 'migrate status' and 'migrate down' only read: on a fresh database they
+// say that nothing is applied and nothing is to revert, and make nothing,
+// not the version table, nor, on Postgres, the schema --schema names.
+func TestMigrateStatusAndDownMakeNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// open returns a fresh database's flags, and what counts the
+		// tables (and schemas) in it.
+		open func(t *testing.T) ([]string, func() int)
+	}{
+		{"postgres", func(t *testing.T) ([]string, func() int) {
+			schema := "inbox_test_" + testdb.RandomSuffix() // never made
+			t.Cleanup(func() { testdb.Exec(t, `DROP SCHEMA IF EXISTS `+testdb.QuoteIdent(schema)+` CASCADE`) })
+			return []string{"--database-url", testdb.URL(t), "--schema", schema}, func() int {
+				var n int
+				require.NoError(t, inboxcli.SharedPool(t).QueryRow(ctx,
+					`SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n))
+				return n
+			}
+		}},
+		{"mysql", func(t *testing.T) ([]string, func() int) {
+			url, name := testdb.MySQLDatabase(t)
+			db, err := sql.Open("mysql", testdb.MySQLDSN(t, name))
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			return []string{"--database-url", url}, func() int {
+				var n int
+				require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM information_schema.tables WHERE table_schema = ?`, name).Scan(&n))
+				return n
+			}
+		}},
+		{"sqlite", func(t *testing.T) ([]string, func() int) {
+			path := filepath.Join(t.TempDir(), "inbox.db")
+			db, err := inboxsqlite.Open(path)
+			require.NoError(t, err)
+			t.Cleanup(func() { db.Close() })
+			return []string{"--database-url", "sqlite:" + path}, func() int {
+				var n int
+				require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM sqlite_master`).Scan(&n))
+				return n
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			flags, count := tc.open(t)
+			require.Equal(t, 0, count(), "a fresh database")
+
+			code, stdout, stderr := run(t, nil, append([]string{"migrate", "status"}, flags...)...)
+			require.Equal(t, 0, code, stderr)
+			require.Equal(t, inboxmigrate.Latest(), strings.Count(stdout, " pending\n"), stdout)
+			require.Equal(t, 0, count(), "status made something")
+
+			for _, args := range [][]string{{"migrate", "down"}, {"migrate", "down", "--to", "0"}, {"migrate", "down", "--dry-run"}} {
+				code, stdout, stderr = run(t, nil, append(args, flags...)...)
+				require.Equal(t, 0, code, "%q: %s", args, stderr)
+				require.Equal(t, "nothing to revert\n", stdout, "%q", args)
+				require.Equal(t, 0, count(), "%q made something", args)
+			}
+		})
 	}
 }

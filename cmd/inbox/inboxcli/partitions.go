@@ -73,6 +73,24 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if err := fs.Parse(args, 0); err != nil {
 			return err
 		}
+		if sub == "premake" {
+			if err := positive(map[string]time.Duration{"max-skew": skew.Value, "ahead": premake.Value, "backfill": backfill.Value}); err != nil {
+				return err
+			}
+			if err := aheadOfSkew(premake.Value, skew.Value); err != nil {
+				return err
+			}
+		} else {
+			if !retention.Given {
+				return command.Usagef("--retention is required")
+			}
+			if err := positive(map[string]time.Duration{"max-skew": skew.Value, "retention": retention.Value, "replay-horizon": horizon.Value}); err != nil {
+				return err
+			}
+			// A drop makes no partitions: --ahead is premake's, and
+			// only has to cover the skew for the store's checks.
+			premake.Value = max(premake.Value, skew.Value)
+		}
 		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value, Backfill: backfill.Value}
 		if err := sf.partitions.Validate(); err != nil {
 			return command.Usagef("%v", err)
@@ -82,12 +100,9 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		// is refused by MaintainPartitions, which names the numbers.
 		cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(inbox.DefaultRetention, horizon.Value+skew.Value)}
 		if sub == "drop" {
-			if !retention.Given {
-				return command.Usagef("--retention is required")
-			}
 			p.Retention = retention.Value
 			if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
-				return command.Usagef("%s", command.Message(err))
+				return command.Usagef("--retention %s: %s", inbox.FormatDuration(p.Retention), command.Message(err))
 			}
 		}
 		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
@@ -117,6 +132,12 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if *attempts < 1 {
 			return command.Usagef("--attempts must be at least 1, got %d", *attempts)
 		}
+		if err := positive(map[string]time.Duration{"max-skew": skew.Value, "ahead": premake.Value, "backfill": backfill.Value, "lock-timeout": lockTimeout.Value}); err != nil {
+			return err
+		}
+		if err := aheadOfSkew(premake.Value, skew.Value); err != nil {
+			return err
+		}
 		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value}
 		if backfill.Given {
 			sf.partitions.Backfill = backfill.Value
@@ -140,6 +161,16 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 	default:
 		return command.Usagef("unknown subcommand %q: want list, premake, drop or adopt", sub)
 	}
+}
+
+// aheadOfSkew refuses an --ahead shorter than --max-skew, naming both: an
+// id stamped by a clock that runs ahead, within the skew, would find no
+// partition.
+func aheadOfSkew(ahead, skew time.Duration) error {
+	if ahead < skew {
+		return command.Usagef("--ahead %s is shorter than --max-skew %s: ids within the skew would find no partition", inbox.FormatDuration(ahead), inbox.FormatDuration(skew))
+	}
+	return nil
 }
 
 // partitionJSON is one partition in 'inbox partitions list --json' and

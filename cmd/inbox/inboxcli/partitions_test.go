@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -55,11 +53,7 @@ func TestPartitions(t *testing.T) {
 
 	// Rows in two partitions, at the same place in each: an old event
 	// processed long ago and a new one.
-	pool, err := pgxpool.New(context.Background(), url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema, Layout: inboxdriver.LayoutPartitioned}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema, Layout: inboxdriver.LayoutPartitioned})
 	c, err := inbox.NewClient(d, nil)
 	require.NoError(t, err)
 	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })
@@ -135,11 +129,7 @@ func TestPartitionsAdopt(t *testing.T) {
 
 	code, _, stderr := run(t, env, cmd("migrate", "up")...)
 	require.Equal(t, 0, code, stderr)
-	pool, err := pgxpool.New(ctx, url)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	plain, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
+	plain := pgxDriver(t, inboxdriver.Tables{Schema: schema})
 	pc, err := inbox.NewClient(plain, nil)
 	require.NoError(t, err)
 	noop := inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil })

@@ -12,13 +12,21 @@ import (
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
+// pgxDriver returns an inboxpgx driver over tables, on the tests' shared
+// pool: the store a test seeds and inspects beside the commands it runs.
+func pgxDriver(t *testing.T, tables inboxdriver.Tables) *inboxpgx.Driver {
+	t.Helper()
+	d, err := inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: tables})
+	require.NoError(t, err)
+	return d
+}
+
 // migratedPgx returns an inboxpgx driver, on the tests' shared pool, over a
 // schema of the test's own that the migrations made, and the schema's name.
 func migratedPgx(t *testing.T) (*inboxpgx.Driver, string) {
 	t.Helper()
 	schema := testdb.Schema(t)
-	d, err := inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-	require.NoError(t, err)
+	d := pgxDriver(t, inboxdriver.Tables{Schema: schema})
 	m, err := inboxmigrate.New(d)
 	require.NoError(t, err)
 	_, err = m.Up(context.Background())

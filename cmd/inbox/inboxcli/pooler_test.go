@@ -12,7 +12,6 @@ import (
 
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/internal/pglock"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -91,8 +90,7 @@ func TestThroughPgBouncer(t *testing.T) {
 			// The outbox, published through the pooler.
 			code, _, stderr = run(t, env, with("outbox", "stats")...)
 			require.Equal(t, 0, code, stderr)
-			d, err := inboxpgx.New(inboxcli.SharedPool(t), &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
-			require.NoError(t, err)
+			d := pgxDriver(t, inboxdriver.Tables{Schema: schema})
 			o, err := outbox.New(d, nil)
 			require.NoError(t, err)
 			var ids []string

@@ -131,9 +131,19 @@ func TestCommandsOnEachDatabase(t *testing.T) {
 			require.Regexp(t, `(?m)^billing +2 +40d ago +40d ago$`, out)
 			require.Contains(t, out, "table size: ")
 
+			// forget says what it deletes; with --dry-run it deletes
+			// nothing.
+			for range 2 {
+				code, out, errOut = run(t, nil, with("forget", "--consumer", "billing", "--id", kept, "--dry-run")...)
+				require.Equal(t, 0, code, errOut)
+				require.Equal(t, "would delete 1 inbox row of billing/"+kept+": its next delivery would apply again\n", out)
+			}
 			code, out, errOut = run(t, nil, with("forget", "--consumer", "billing", "--id", kept)...)
 			require.Equal(t, 0, code, errOut)
-			require.Contains(t, out, "forgot billing/"+kept)
+			require.Equal(t, "deleted 1 inbox row of billing/"+kept+": its next delivery applies again\n", out)
+			code, _, errOut = run(t, nil, with("forget", "--consumer", "billing", "--id", kept, "--dry-run")...)
+			require.Equal(t, 1, code)
+			require.Contains(t, errOut, "not found")
 			code, _, errOut = run(t, nil, with("forget", "--consumer", "billing", "--id", kept)...)
 			require.Equal(t, 1, code)
 			require.Contains(t, errOut, "not found")

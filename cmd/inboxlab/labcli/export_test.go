@@ -5,3 +5,6 @@ var ParseDBFaults = parseDBFaults
 
 // PrintChaos is printChaos, for the package's external tests.
 var PrintChaos = printChaos
+
+// RequireRedis is requireRedis, for the package's external tests.
+var RequireRedis = requireRedis

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 // The broker rows (nats-…, rabbitmq-…) send a batch of messages to the
@@ -300,6 +302,24 @@ func (c *cleanup) add(f func()) { *c = append(*c, f) }
 func (c cleanup) run() {
 	for i := len(c) - 1; i >= 0; i-- {
 		c[i]()
+	}
+}
+
+// cleanedQueues records, for the line of an interrupted run
+// (command.Cleaned), what a broker's cleanup said: the queues it deleted as
+// one count under the pattern of their names, and whatever else it said,
+// such as a queue it could not delete, as it said it.
+func cleanedQueues(ctx context.Context, server, pattern string, said []string) {
+	deleted := 0
+	for _, s := range said {
+		if strings.HasPrefix(s, "deleted queue ") {
+			deleted++
+			continue
+		}
+		command.Cleaned(ctx, "%s", s)
+	}
+	if deleted > 0 {
+		command.Cleaned(ctx, "deleted %s %s", command.Count(deleted, server+" queue", server+" queues"), pattern)
 	}
 }
 

@@ -48,7 +48,7 @@ func (s *rabbitStore) open(ctx context.Context, b *bench, c *cleanup) error {
 	if s.r, err = broker.OpenRabbit(b.cfg.AMQPURL, false); err != nil {
 		return &unavailableError{err}
 	}
-	c.add(s.r.Close)
+	c.add(func() { cleanedQueues(ctx, "RabbitMQ", b.schema+".*", s.r.Cleanup()) })
 	for _, q := range append(append([]string(nil), s.inbox.names...), s.bare.names...) {
 		if err := s.r.DeclareQueue(q); err != nil {
 			return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/redis"
+	"github.com/txinbox/inbox/internal/command"
 )
 
 // redisTTL is the expiry of the redis-setnx row's keys, as a user sets one
@@ -35,8 +36,12 @@ var redisResource = &resource{
 		return func() {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
 			defer cancel()
-			if err := b.redis.deleteKeys(dctx); err != nil {
+			n, err := b.redis.deleteKeys(dctx)
+			if err != nil {
 				b.logf("delete Redis keys %s*: %v", b.redis.prefix, err)
+				command.Cleaned(ctx, "could not delete Redis keys %s* (%s)", b.redis.prefix, command.Message(err))
+			} else {
+				command.Cleaned(ctx, "deleted %s %s*", command.Count(n, "Redis key", "Redis keys"), b.redis.prefix)
 			}
 			c.Close()
 		}, nil
@@ -44,21 +49,24 @@ var redisResource = &resource{
 }
 
 // deleteKeys deletes the run's keys, a scan page at a time, until the scan
-// ends or ctx does.
-func (s *redisStore) deleteKeys(ctx context.Context) error {
+// ends or ctx does, and returns how many it deleted.
+func (s *redisStore) deleteKeys(ctx context.Context) (int64, error) {
 	var cursor uint64
+	var deleted int64
 	for {
 		keys, next, err := s.client.Scan(ctx, cursor, s.prefix+"*", 1000)
 		if err != nil {
-			return err
+			return deleted, err
 		}
 		if len(keys) > 0 {
-			if _, err := s.client.Unlink(ctx, keys...); err != nil {
-				return err
+			n, err := s.client.Unlink(ctx, keys...)
+			deleted += n
+			if err != nil {
+				return deleted, err
 			}
 		}
 		if next == 0 {
-			return nil
+			return deleted, nil
 		}
 		cursor = next
 	}
