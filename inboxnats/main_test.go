@@ -62,12 +62,9 @@ func transport() transporttest.Transport[pgx.Tx] {
 	return inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true}, newQueue, openQueue)
 }
 
-// Test timings. AckWait is short so that redeliveries come quickly; every
-// wait on it polls a condition with a deadline.
-const (
-	testAckWait  = 2 * time.Second
-	waitDeadline = 60 * time.Second
-)
+// testAckWait is the AckWait of the tests: short, so that redeliveries
+// come quickly; every wait on it polls a condition with a deadline.
+const testAckWait = 2 * time.Second
 
 // machineURL is the machine's NATS server.
 func machineURL() string {
