@@ -29,7 +29,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,28 +51,6 @@ import (
 
 func TestMain(m *testing.M) { transporttest.Main(m, transport) }
 
-// TestTransport runs the transport conformance suite on the machine's
-// JetStream server.
-func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
-
-// transport is the suite's harness: a stream and a pull consumer of its
-// own per queue on the machine's server, with AckWait testAckWait.
-func transport() transporttest.Transport[pgx.Tx] {
-	return inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true}, newQueue, openQueue)
-}
-
-// testAckWait is the AckWait of the tests: short, so that redeliveries
-// come quickly; every wait on it polls a condition with a deadline.
-const testAckWait = 2 * time.Second
-
-// machineURL is the machine's NATS server.
-func machineURL() string {
-	if u := os.Getenv("TEST_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
-
 // server is a NATS server a test talks to: the machine's, or an embedded
 // one.
 type natsServer struct {
@@ -88,7 +65,7 @@ type natsServer struct {
 // answer (failing it in CI).
 func machineServer(t testing.TB) *natsServer {
 	t.Helper()
-	u := machineURL()
+	u := testdb.NATSURL()
 	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
 	if err == nil {
 		_, err = jetstreamOf(nc).AccountInfo(context.Background())
