@@ -43,6 +43,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxnats"
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
+	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/tcpproxy"
@@ -249,6 +250,18 @@ func (h *harness) publish(id string, e event, opts ...jetstream.PublishOpt) uint
 	ack, err := h.js.PublishMsg(context.Background(), msg, opts...)
 	require.NoError(h.t, err)
 	return ack.Sequence
+}
+
+// publishN publishes n events, numbered from 0, each with an id of its
+// own, and returns their ids.
+func (h *harness) publishN(n int) []string {
+	h.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = inboxtest.NewID()
+		h.publish(ids[i], event{N: i})
+	}
+	return ids
 }
 
 // config is the test consumer configuration for durable.
