@@ -123,6 +123,9 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 // outage or an open streak breaker.
 func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.loop.Breaker() }
 
+// Config returns the consumer's configuration with defaults applied.
+func (c *Consumer[TTx]) Config() Config { return c.cfg }
+
 // Run polls records and processes them until ctx is done, then shuts down
 // gracefully and returns nil. A Consumer runs once: a second Run returns
 // inboxtransport.ErrRunTwice (the client's fetch position is past the
