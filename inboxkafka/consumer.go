@@ -12,10 +12,10 @@ import (
 	"github.com/txinbox/inbox/inboxtransport"
 )
 
-// ErrClientClosed is returned by Run when the client was closed while the
+// ErrClosed is returned by Run when the client was closed while the
 // consumer ran. It is inboxtransport.ErrClosed, which every transport's Run
 // returns for a closed client.
-var ErrClientClosed = inboxtransport.ErrClosed
+var ErrClosed = inboxtransport.ErrClosed
 
 // Consumer runs poll → process → commit over a kgo client and an inbox
 // client. Make it with New and run it with Run.
@@ -123,6 +123,9 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 // outage or an open streak breaker.
 func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.loop.Breaker() }
 
+// Config returns the consumer's configuration with defaults applied.
+func (c *Consumer[TTx]) Config() Config { return c.cfg }
+
 // Run polls records and processes them until ctx is done, then shuts down
 // gracefully and returns nil. A Consumer runs once: a second Run returns
 // inboxtransport.ErrRunTwice (the client's fetch position is past the
@@ -144,7 +147,7 @@ func (c *Consumer[TTx]) Breaker() *inboxtransport.Breaker { return c.loop.Breake
 // abandoned them after Config.ShutdownTimeout, and they rolled back), the
 // offsets of what the database committed have been committed, and
 // rebalances are allowed, so that the client can be closed. Run returns
-// ErrClientClosed if the client was closed under it.
+// ErrClosed if the client was closed under it.
 func (c *Consumer[TTx]) Run(ctx context.Context) error {
 	return c.loop.RunFunc(ctx, nil, func(ctx, work context.Context, stop func(error)) {
 		c.mu.Lock()
@@ -179,7 +182,7 @@ func (c *Consumer[TTx]) poll(ctx context.Context) error {
 			return nil
 		}
 		if fetches.IsClientClosed() {
-			return ErrClientClosed
+			return ErrClosed
 		}
 		fetches.EachError(func(topic string, partition int32, err error) {
 			c.logger.WarnContext(ctx, "inboxkafka: fetch error", "topic", topic, "partition", partition, "err", err)

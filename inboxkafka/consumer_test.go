@@ -415,7 +415,7 @@ func TestRunReturnsWhenTheClientCloses(t *testing.T) {
 	cl.CloseAllowingRebalance()
 	select {
 	case err := <-done:
-		require.ErrorIs(t, err, inboxkafka.ErrClientClosed)
+		require.ErrorIs(t, err, inboxkafka.ErrClosed)
 	case <-time.After(time.Minute):
 		t.Fatal("Run did not return after the client closed")
 	}

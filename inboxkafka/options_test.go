@@ -94,6 +94,9 @@ func TestNewAcceptsClientOpts(t *testing.T) {
 	c, err := inboxkafka.New(cl, client, nopHandler(), &inboxkafka.Config{Consumer: "billing", Key: inbox.HeaderKey("event-id")})
 	require.NoError(t, err)
 	require.NotNil(t, c)
+	require.Equal(t, inboxkafka.DefaultMaxBatch, c.Config().MaxBatch, "Config has the defaults applied")
+	require.Equal(t, inboxkafka.DefaultShutdownTimeout, c.Config().ShutdownTimeout)
+	require.Equal(t, "billing", c.Config().Consumer)
 
 	_, err = inboxkafka.New(nil, client, nopHandler(), &inboxkafka.Config{Consumer: "billing", Key: inbox.HeaderKey("event-id")})
 	require.ErrorContains(t, err, "kgo client is nil")

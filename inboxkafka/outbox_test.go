@@ -215,29 +215,20 @@ func TestOutboxSinkConformance(t *testing.T) {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond))
 	require.NoError(t, err)
 	t.Cleanup(consumer.Close)
-	var buffered []outboxtest.Received
 	outboxtest.Run(t, outboxtest.Harness{
 		Sink:  inboxkafka.NewOutboxSink(producer),
 		Topic: "outbox",
-		Read: func(t *testing.T, n int) []outboxtest.Received {
-			deadline := time.Now().Add(time.Minute)
-			for len(buffered) < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("read %d of %d records", len(buffered), n)
+		Receive: func(ctx context.Context) ([]outboxtest.Received, error) {
+			var out []outboxtest.Received
+			fetches := consumer.PollFetches(ctx)
+			fetches.EachRecord(func(r *kgo.Record) {
+				m := outboxtest.Received{Headers: map[string]string{}, Payload: r.Value}
+				for _, h := range r.Headers {
+					m.Headers[h.Key] = string(h.Value)
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-				consumer.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-					m := outboxtest.Received{Headers: map[string]string{}, Payload: r.Value}
-					for _, h := range r.Headers {
-						m.Headers[h.Key] = string(h.Value)
-					}
-					buffered = append(buffered, m)
-				})
-				cancel()
-			}
-			out := buffered[:n]
-			buffered = buffered[n:]
-			return out
+				out = append(out, m)
+			})
+			return out, fetches.Err()
 		},
 		Break: func(*testing.T) { producer.Close() },
 	})

@@ -24,15 +24,13 @@ import (
 // TestTransport runs the transport conformance suite on kfake, a cluster
 // per queue, under the classic group protocol: three partitions, or one
 // where order is asked for.
-func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
 
 // suiteSession is the group session timeout of the suite's consumers:
 // short, so that a killed consumer's partitions move on quickly.
 const suiteSession = 2 * time.Second
 
-func transport() transporttest.Transport[pgx.Tx] {
-	return inboxpgxtest.Transport("kafka", transporttest.Features{Ordered: true, ProcessCrash: true, MaxCrashes: inboxkafka.DefaultMaxCrashes}, newQueue, openQueue)
-}
+var transport = inboxpgxtest.Transport("kafka", transporttest.Features{Ordered: true, ProcessCrash: true, MaxCrashes: inboxkafka.DefaultMaxCrashes}, newQueue, openQueue)
 
 // queue is a topic of a kfake cluster of its own, and a consumer group.
 type queue struct {

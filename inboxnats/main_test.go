@@ -29,7 +29,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,6 +43,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxnats"
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
+	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/tcpproxy"
@@ -51,31 +51,6 @@ import (
 )
 
 func TestMain(m *testing.M) { transporttest.Main(m, transport) }
-
-// TestTransport runs the transport conformance suite on the machine's
-// JetStream server.
-func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
-
-// transport is the suite's harness: a stream and a pull consumer of its
-// own per queue on the machine's server, with AckWait testAckWait.
-func transport() transporttest.Transport[pgx.Tx] {
-	return inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true}, newQueue, openQueue)
-}
-
-// Test timings. AckWait is short so that redeliveries come quickly; every
-// wait on it polls a condition with a deadline.
-const (
-	testAckWait  = 2 * time.Second
-	waitDeadline = 60 * time.Second
-)
-
-// machineURL is the machine's NATS server.
-func machineURL() string {
-	if u := os.Getenv("TEST_NATS_URL"); u != "" {
-		return u
-	}
-	return "nats://127.0.0.1:4222"
-}
 
 // server is a NATS server a test talks to: the machine's, or an embedded
 // one.
@@ -91,7 +66,7 @@ type natsServer struct {
 // answer (failing it in CI).
 func machineServer(t testing.TB) *natsServer {
 	t.Helper()
-	u := machineURL()
+	u := testdb.NATSURL()
 	nc, err := nats.Connect(u, nats.Timeout(3*time.Second))
 	if err == nil {
 		_, err = jetstreamOf(nc).AccountInfo(context.Background())
@@ -275,6 +250,18 @@ func (h *harness) publish(id string, e event, opts ...jetstream.PublishOpt) uint
 	ack, err := h.js.PublishMsg(context.Background(), msg, opts...)
 	require.NoError(h.t, err)
 	return ack.Sequence
+}
+
+// publishN publishes n events, numbered from 0, each with an id of its
+// own, and returns their ids.
+func (h *harness) publishN(n int) []string {
+	h.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = inboxtest.NewID()
+		h.publish(ids[i], event{N: i})
+	}
+	return ids
 }
 
 // config is the test consumer configuration for durable.

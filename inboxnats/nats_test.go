@@ -103,12 +103,7 @@ func TestConnectionLossMidBatch(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, machineServer(t))
 	durable := h.durable(nil)
-	const n = 60
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = inboxtest.NewID()
-		h.publish(ids[i], event{N: i})
-	}
+	ids := h.publishN(60)
 	var calls atomic.Int32
 	cut := make(chan struct{})
 	cfg := h.config(durable)
@@ -134,12 +129,7 @@ func TestServerRestartMidBatch(t *testing.T) {
 	srv := embeddedServer(t)
 	h := newHarness(t, srv)
 	durable := h.durable(nil)
-	const n = 60
-	ids := make([]string, n)
-	for i := range n {
-		ids[i] = inboxtest.NewID()
-		h.publish(ids[i], event{N: i})
-	}
+	ids := h.publishN(60)
 	var calls atomic.Int32
 	restarted := make(chan struct{})
 	cfg := h.config(durable)

@@ -3,7 +3,6 @@ package inboxnats_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,24 +33,20 @@ func TestOutboxSink(t *testing.T) {
 	outboxtest.Run(t, outboxtest.Harness{
 		Sink:  sink,
 		Topic: topic,
-		Read: func(t *testing.T, n int) []outboxtest.Received {
+		Receive: func(ctx context.Context) ([]outboxtest.Received, error) {
+			batch, err := cons.Fetch(100, jetstream.FetchContext(ctx))
+			if err != nil {
+				return nil, err
+			}
 			var out []outboxtest.Received
-			deadline := time.Now().Add(waitDeadline)
-			for len(out) < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("read %d of %d messages", len(out), n)
-				}
-				m, err := cons.Next(jetstream.FetchMaxWait(time.Second))
-				if err != nil {
-					continue
-				}
+			for m := range batch.Messages() {
 				r := outboxtest.Received{Headers: map[string]string{}, Payload: m.Data(), BrokerID: m.Headers().Get(jetstream.MsgIDHeader)}
 				for k := range m.Headers() {
 					r.Headers[k] = m.Headers().Get(k)
 				}
 				out = append(out, r)
 			}
-			return out
+			return out, batch.Error()
 		},
 		Dedups:     true,
 		Unroutable: "inboxtest-nostream." + h.stream,

@@ -12,9 +12,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/txinbox/inbox/inboxnats"
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
 )
+
+// TestTransport runs the transport conformance suite on the machine's
+// JetStream server.
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
+
+// transport is the suite's harness: a stream and a pull consumer of its
+// own per queue on the machine's server, with AckWait testAckWait.
+var transport = inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true}, newQueue, openQueue)
+
+// testAckWait is the AckWait of the tests: short, so that redeliveries
+// come quickly; every wait on it polls a condition with a deadline.
+const testAckWait = 2 * time.Second
 
 // queue is a stream with one pull consumer, Durable.
 type queue struct {
@@ -140,4 +153,4 @@ func (q *queue) Depth(ctx context.Context) (int, error) {
 
 // BenchmarkReceiveAhead measures the consumer with its next batch received
 // while the current one commits, and without (see transporttest.Benchmark).
-func BenchmarkReceiveAhead(b *testing.B) { transporttest.Benchmark(b, transport()) }
+func BenchmarkReceiveAhead(b *testing.B) { transporttest.Benchmark(b, transport) }

@@ -29,7 +29,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,26 +49,6 @@ import (
 
 func TestMain(m *testing.M) { transporttest.Main(m, transport) }
 
-// TestTransport runs the transport conformance suite on the machine's
-// RabbitMQ: a quorum queue per case (its x-delivery-count counts
-// deliveries), a classic single-active-consumer queue where order is
-// asked for.
-func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
-
-func transport() transporttest.Transport[pgx.Tx] {
-	return inboxpgxtest.Transport("rabbitmq", transporttest.Features{Ordered: true, ProcessCrash: true}, newQueue, openQueue)
-}
-
-const waitDeadline = 60 * time.Second
-
-// brokerURL is the machine's RabbitMQ.
-func brokerURL() string {
-	if u := os.Getenv("TEST_AMQP_URL"); u != "" {
-		return u
-	}
-	return "amqp://guest:guest@127.0.0.1:5672/"
-}
-
 // harness is one test's world: an admin connection and channel, queues of
 // its own, a migrated schema, an inbox client and an effects table.
 type harness struct {
@@ -88,7 +67,7 @@ type harness struct {
 
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	u, err := url.Parse(brokerURL())
+	u, err := url.Parse(testdb.AMQPURL())
 	require.NoError(t, err)
 	admin, err := amqp.Dial(u.String())
 	testdb.Require(t, "RabbitMQ at "+u.Redacted(), err)
@@ -173,6 +152,9 @@ func (h *harness) ready(queue string) int {
 	require.NoError(h.t, err)
 	return q.Messages
 }
+
+// waitDeadline bounds waitHandedOut.
+const waitDeadline = 60 * time.Second
 
 // waitHandedOut waits, for at most waitDeadline, until queue holds no
 // message ready for delivery: the broker handed every one to a consumer.

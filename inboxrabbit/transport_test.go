@@ -10,10 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
 )
+
+// TestTransport runs the transport conformance suite on the machine's
+// RabbitMQ: a quorum queue per case (its x-delivery-count counts
+// deliveries), a classic single-active-consumer queue where order is
+// asked for.
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
+
+var transport = inboxpgxtest.Transport("rabbitmq", transporttest.Features{Ordered: true, ProcessCrash: true}, newQueue, openQueue)
 
 // queue is a queue of its own on the machine's broker.
 type queue struct {
@@ -23,8 +32,8 @@ type queue struct {
 
 func newQueue(t testing.TB, opts transporttest.QueueOptions) transporttest.Queue[pgx.Tx] {
 	name := "inboxtest." + testdb.RandomSuffix()
-	q, err := openQueue(brokerURL() + "|" + name)
-	testdb.Require(t, "RabbitMQ at "+brokerURL(), err)
+	q, err := openQueue(testdb.AMQPURL() + "|" + name)
+	testdb.Require(t, "RabbitMQ at "+testdb.AMQPURL(), err)
 	conn := q.(*queue).conn
 	t.Cleanup(func() { conn.Close() })
 	ch, err := conn.Channel()
@@ -139,4 +148,4 @@ func (q *queue) Depth(context.Context) (int, error) {
 
 // BenchmarkReceiveAhead measures the consumer with its next batch taken
 // while the current one commits, and without (see transporttest.Benchmark).
-func BenchmarkReceiveAhead(b *testing.B) { transporttest.Benchmark(b, transport()) }
+func BenchmarkReceiveAhead(b *testing.B) { transporttest.Benchmark(b, transport) }

@@ -73,16 +73,6 @@ import (
 
 func TestMain(m *testing.M) { transporttest.Main(m, transport) }
 
-// TestTransport runs the transport conformance suite on goaws, one case at
-// a time (goaws keeps its queues in global state). The queues are named
-// counted-…, so that the receive counter gives their messages the
-// ApproximateReceiveCount that goaws does not keep.
-func TestTransport(t *testing.T) { transporttest.Exercise(t, transport()) }
-
-func transport() transporttest.Transport[pgx.Tx] {
-	return inboxpgxtest.Transport("sqs", transporttest.Features{Ordered: true, HoldTime: testVisibility, ProcessCrash: true, Serial: true}, newQueue, openQueue)
-}
-
 // Test timings. The visibility timeout is short so that redeliveries come
 // quickly; every wait on it polls a condition with a deadline.
 const (

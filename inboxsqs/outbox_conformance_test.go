@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -21,34 +20,31 @@ func TestOutboxSinkConformance(t *testing.T) {
 	q := h.createQueue("conformance", false)
 	sink, err := inboxsqs.NewOutboxSink(newSQSClient(h.endpoint, http.DefaultClient), nil)
 	require.NoError(t, err)
-	var buffered []outboxtest.Received
 	outboxtest.Run(t, outboxtest.Harness{
 		Sink:  sink,
 		Topic: q,
-		Read: func(t *testing.T, n int) []outboxtest.Received {
-			deadline := time.Now().Add(time.Minute)
-			for len(buffered) < n {
-				if time.Now().After(deadline) {
-					t.Fatalf("read %d of %d messages", len(buffered), n)
+		Receive: func(ctx context.Context) ([]outboxtest.Received, error) {
+			got, err := h.admin.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+				QueueUrl: aws.String(q), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+				MessageAttributeNames: []string{"All"},
+			})
+			if err != nil {
+				return nil, err
+			}
+			var out []outboxtest.Received
+			for _, m := range got.Messages {
+				r := outboxtest.Received{Headers: map[string]string{}, Payload: []byte(aws.ToString(m.Body))}
+				for k, v := range m.MessageAttributes {
+					r.Headers[k] = aws.ToString(v.StringValue)
 				}
-				out, err := h.admin.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
-					QueueUrl: aws.String(q), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
-					MessageAttributeNames: []string{"All"},
-				})
-				require.NoError(t, err)
-				for _, m := range out.Messages {
-					r := outboxtest.Received{Headers: map[string]string{}, Payload: []byte(aws.ToString(m.Body))}
-					for k, v := range m.MessageAttributes {
-						r.Headers[k] = aws.ToString(v.StringValue)
-					}
-					buffered = append(buffered, r)
-					_, err := h.admin.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(q), ReceiptHandle: m.ReceiptHandle})
-					require.NoError(t, err)
+				out = append(out, r)
+				// The suite reads each message once: delete it even if ctx
+				// has ended since it was received.
+				if _, err := h.admin.DeleteMessage(context.WithoutCancel(ctx), &sqs.DeleteMessageInput{QueueUrl: aws.String(q), ReceiptHandle: m.ReceiptHandle}); err != nil {
+					return out, err
 				}
 			}
-			got := buffered[:n]
-			buffered = buffered[n:]
-			return got
+			return out, nil
 		},
 	})
 }

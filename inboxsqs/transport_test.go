@@ -13,10 +13,19 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxsqs"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
 )
+
+// TestTransport runs the transport conformance suite on goaws, one case at
+// a time (goaws keeps its queues in global state). The queues are named
+// counted-…, so that the receive counter gives their messages the
+// ApproximateReceiveCount that goaws does not keep.
+func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
+
+var transport = inboxpgxtest.Transport("sqs", transporttest.Features{Ordered: true, HoldTime: testVisibility, ProcessCrash: true, Serial: true}, newQueue, openQueue)
 
 // queue is a queue on goaws; an ordered one is a FIFO queue with one
 // message group.
@@ -115,4 +124,4 @@ func (q *queue) Depth(ctx context.Context) (int, error) {
 // BenchmarkReceiveAhead measures the consumer with its next receive made
 // while the current batch commits, and without (see
 // transporttest.Benchmark). SQS returns at most ten messages a receive.
-func BenchmarkReceiveAhead(b *testing.B) { transporttest.Benchmark(b, transport()) }
+func BenchmarkReceiveAhead(b *testing.B) { transporttest.Benchmark(b, transport) }

@@ -56,7 +56,7 @@ const (
 // Main runs the tests of m, or, in a child process that a crash case
 // started, the child consumer of tr. Call it from TestMain. It stops the
 // throwaway Postgres cluster, if the tests started one.
-func Main[TTx any](m *testing.M, tr func() Transport[TTx]) {
+func Main[TTx any](m *testing.M, tr Transport[TTx]) {
 	if code, ok := Child(tr); ok {
 		os.Exit(code)
 	}
@@ -66,11 +66,11 @@ func Main[TTx any](m *testing.M, tr func() Transport[TTx]) {
 // Child runs the child consumer of tr and returns its exit code, with true,
 // when this process is a child a crash case started; else it returns
 // false at once. Main calls it; a TestMain of its own calls it first.
-func Child[TTx any](tr func() Transport[TTx]) (int, bool) {
+func Child[TTx any](tr Transport[TTx]) (int, bool) {
 	if os.Getenv(childEnv) == "" {
 		return 0, false
 	}
-	return runChild(tr()), true
+	return runChild(tr), true
 }
 
 func crashCases[TTx any]() []testCase[TTx] {

@@ -9,9 +9,11 @@
 // An adapter's test builds a harness (Transport: its broker, in process or
 // the machine's) and calls Exercise from a test, and Main from TestMain:
 //
+//	var transport = transporttest.Transport[pgx.Tx]{Name: "nats", NewQueue: newQueue, ...}
+//
 //	func TestMain(m *testing.M) { transporttest.Main(m, transport) }
 //
-//	func TestConformance(t *testing.T) { transporttest.Exercise(t, transport(t)) }
+//	func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
 //
 // Every case runs against a real Postgres (internal/testdb: the server of
 // TEST_DATABASE_URL, the machine's by default), in a schema of its own,

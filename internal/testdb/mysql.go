@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	neturl "net/url"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -34,12 +33,7 @@ var (
 )
 
 // MySQLURL returns the URL of the test MySQL or MariaDB server.
-func MySQLURL() string {
-	if u := os.Getenv("TEST_MYSQL_URL"); u != "" {
-		return u
-	}
-	return DefaultMySQLURL
-}
+func MySQLURL() string { return envOr("TEST_MYSQL_URL", DefaultMySQLURL) }
 
 // mysqlConfig is the part of a mysql:// URL a DSN needs.
 type mysqlConfig struct {

@@ -29,15 +29,18 @@ type Received struct {
 type Harness struct {
 	// Sink is the sink under test.
 	Sink outbox.Sink
-	// Topic is a topic (Kafka topic, subject, queue) that Read reads, new
+	// Topic is a topic (Kafka topic, subject, queue) that Receive reads, new
 	// and empty.
 	Topic string
-	// Read returns the next n messages published to Topic, waiting for them
-	// as long as it must, up to a deadline, after which it fails t.
-	Read func(t *testing.T, n int) []Received
+	// Receive receives messages published to Topic: those that arrive
+	// before ctx is done, at least one when some are there, none when ctx
+	// ends first. It returns an error only when receiving failed; ctx's
+	// end is none. The suite calls it again until it has what it waits
+	// for, each call with a context of a second.
+	Receive func(ctx context.Context) ([]Received, error)
 	// Dedups reports that the broker drops a republished event within its
-	// window (NATS with Nats-Msg-Id): it confirms it, and Read does not see
-	// it again.
+	// window (NATS with Nats-Msg-Id): it confirms it, and Receive does
+	// not see it again.
 	Dedups bool
 	// Unroutable, if set, is a topic to which the broker refuses the
 	// sink's records: the suite checks that the sink calls that a
@@ -49,9 +52,42 @@ type Harness struct {
 	Break func(t *testing.T)
 }
 
+// receiveWait bounds the suite's wait for the messages it published.
+const receiveWait = time.Minute
+
+// reader reads a harness's messages in order, through its Receive.
+type reader struct {
+	receive func(ctx context.Context) ([]Received, error)
+	// buffered are the messages received and not yet read.
+	buffered []Received
+}
+
+// read returns the next n messages, failing t when they have not all
+// arrived within receiveWait.
+func (r *reader) read(t *testing.T, n int) []Received {
+	t.Helper()
+	deadline := time.Now().Add(receiveWait)
+	for len(r.buffered) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d of %d messages in %v", len(r.buffered), n, receiveWait)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ms, err := r.receive(ctx)
+		if err != nil && ctx.Err() == nil {
+			require.NoError(t, err, "receive")
+		}
+		cancel()
+		r.buffered = append(r.buffered, ms...)
+	}
+	out := r.buffered[:n:n]
+	r.buffered = r.buffered[n:]
+	return out
+}
+
 // Run runs the suite on h, each case a subtest, in order.
 func Run(t *testing.T, h Harness) {
 	ctx := context.Background()
+	rd := &reader{receive: h.Receive}
 	rec := func(payload string, headers map[string]string) outbox.Record {
 		id := uuid.V7(time.Now())
 		hs := map[string]string{outbox.HeaderEventID: id}
@@ -63,7 +99,7 @@ func Run(t *testing.T, h Harness) {
 	// byID reads n messages and indexes them by their event-id header.
 	byID := func(t *testing.T, n int) map[string]Received {
 		got := map[string]Received{}
-		for _, m := range h.Read(t, n) {
+		for _, m := range rd.read(t, n) {
 			id, err := inbox.HeaderKey(outbox.HeaderEventID)(inbox.Message{Headers: m.Headers})
 			require.NoError(t, err, "a consumer reads the id with inbox.HeaderKey(outbox.HeaderEventID)")
 			got[id] = m
@@ -109,7 +145,7 @@ func Run(t *testing.T, h Harness) {
 			require.Len(t, got, 2, "the broker dropped the republished copy")
 			return
 		}
-		ms := h.Read(t, 3)
+		ms := rd.read(t, 3)
 		for i, m := range ms[:2] {
 			require.Equal(t, r.ID, m.Headers[outbox.HeaderEventID], "copy %d", i)
 		}

@@ -2,7 +2,6 @@ package inboxcli
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
@@ -17,10 +16,7 @@ import (
 // publish that finds it closed goes out on a new one.
 func TestRabbitSinkDialsAgain(t *testing.T) {
 	t.Parallel()
-	url := os.Getenv("TEST_AMQP_URL")
-	if url == "" {
-		url = "amqp://guest:guest@127.0.0.1:5672/"
-	}
+	url := testdb.AMQPURL()
 	admin, err := amqp.Dial(url)
 	testdb.Require(t, "RabbitMQ", err)
 	t.Cleanup(func() { admin.Close() })
