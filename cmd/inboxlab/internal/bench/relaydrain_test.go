@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/txinbox/inbox/internal/require"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // The drain rows run alone when --rows names only them: the ordered ones
@@ -133,4 +134,13 @@ func TestRelayTargets(t *testing.T) {
 	requireTarget(t, got, "ordered relay, 4 keys ÷ unordered relay, to the null sink: msgs/s at a backlog of 100 (≥ 0.5)",
 		0.7, true, "round by round: 0.45, 0.7, 0.7")
 	require.Len(t, got, 2, "no kfake drain at 100, no kfake ratio: %v", got)
+}
+
+// The count of a drain passes on the capability of the sink it counts,
+// so that the relay gives an order-keeping sink a key's run in one call.
+func TestCountSinkKeepsTheSinksKeyOrder(t *testing.T) {
+	t.Parallel()
+	require.True(t, newCountSink(&outbox.MemorySink{Discard: true}, 1).KeepsKeyOrder())
+	plain := outbox.SinkFunc(func(_ context.Context, recs []outbox.Record) []error { return make([]error, len(recs)) })
+	require.False(t, newCountSink(plain, 1).KeepsKeyOrder())
 }
