@@ -173,6 +173,17 @@ type OutboxClaimParams struct {
 	// LeaseUntil is when the claim lapses.
 	LeaseUntil time.Time
 	Limit      int
+	// WholeRuns asks the ordered claim for whole runs of few keys rather
+	// than a head of each key: it takes the keys one after another, from
+	// where the walk of the keys resumes, each with its ready run, until
+	// the runs fill Limit (the last cut to fit), and locks only the keys
+	// it takes, so that concurrent claims get other keys. Without it, the
+	// claim takes the head of every ready key, up to Limit keys, and cuts
+	// the runs behind them by position: the first row of each key, then
+	// the second, and so on. Either way a claim takes a prefix of each
+	// key's ready run. The relay sets it for a sink that keeps a key's
+	// order within one call, which gets a key's run in one call.
+	WholeRuns bool
 }
 
 // OutboxAckParams name rows the broker confirmed.

@@ -19,6 +19,7 @@ type outboxQueries struct {
 	enqueue, enqueueOrdered, enqueueOne string
 	enqueueBare                         string
 	claim, claimOrdered                 string
+	claimOrderedRuns                    string
 	ack, ackKeep, reject, release       string
 	stats, list, get                    string
 	retry, park, unpark                 string
@@ -42,6 +43,44 @@ func newOutboxQueries(t inboxdriver.Tables) outboxQueries {
 	// oCols are outboxCols for a statement where the table is aliased o.
 	const oCols = `o.id::text, o.topic, o.msg_key, coalesce(o.key_seq, 0), o.headers, o.payload, coalesce(o.causation_id, ''),
        o.created_at, o.available_at, o.attempts, coalesce(o.last_error, ''), o.claim_token IS NOT NULL, o.published_at, o.parked_at`
+	// keyWalk walks the keys that have pending ordered rows, as the
+	// ordered claims describe, yielding each key's first pending row.
+	keyWalk := `WITH RECURSIVE after AS (
+    (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+      WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > $5
+      ORDER BY p.msg_key, p.key_seq LIMIT 1)
+    UNION ALL
+    SELECT n.msg_key, n.key_seq, n.id FROM after CROSS JOIN LATERAL (
+        SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+         WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > after.msg_key
+         ORDER BY p.msg_key, p.key_seq LIMIT 1) AS n
+), wrapped AS (
+    (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+      WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key <= $5
+      ORDER BY p.msg_key, p.key_seq LIMIT 1)
+    UNION ALL
+    SELECT n.msg_key, n.key_seq, n.id FROM wrapped CROSS JOIN LATERAL (
+        SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
+         WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > wrapped.msg_key AND p.msg_key <= $5
+         ORDER BY p.msg_key, p.key_seq LIMIT 1) AS n
+), walk AS (
+    SELECT id FROM after UNION ALL SELECT id FROM wrapped
+)`
+	// lockHead locks the walked row walk.id if it is still a ready head.
+	lockHead := `
+        SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
+         WHERE h.id = walk.id AND h.published_at IS NULL AND h.parked_at IS NULL AND h.available_at <= $1
+           FOR UPDATE SKIP LOCKED`
+	// readyRun is the ready run of the key heads.msg_key from its head:
+	// at most $2 rows, numbered rn from 1 in sequence order.
+	readyRun := `
+        SELECT x.id, x.rn FROM (
+            SELECT s.id, row_number() OVER (ORDER BY s.key_seq) AS rn,
+                   bool_and(s.parked_at IS NULL AND s.available_at <= $1) OVER (ORDER BY s.key_seq) AS ready
+              FROM ` + ob + ` AS s
+             WHERE s.msg_key = heads.msg_key AND s.key_seq >= heads.key_seq AND s.published_at IS NULL
+             ORDER BY s.key_seq LIMIT $2
+        ) AS x WHERE x.ready`
 	return outboxQueries{
 		// One event, the commonest enqueue, as plain VALUES: cheaper for
 		// the server than unnest over one-element arrays.
@@ -91,43 +130,33 @@ RETURNING ` + oCols,
 		// run's rows while its head stands, so only the heads are locked.
 		// The runs are cut to the limit by position, which keeps a prefix
 		// of each key.
-		claimOrdered: `WITH RECURSIVE after AS (
-    (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
-      WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > $5
-      ORDER BY p.msg_key, p.key_seq LIMIT 1)
-    UNION ALL
-    SELECT n.msg_key, n.key_seq, n.id FROM after CROSS JOIN LATERAL (
-        SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
-         WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > after.msg_key
-         ORDER BY p.msg_key, p.key_seq LIMIT 1) AS n
-), wrapped AS (
-    (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
-      WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key <= $5
-      ORDER BY p.msg_key, p.key_seq LIMIT 1)
-    UNION ALL
-    SELECT n.msg_key, n.key_seq, n.id FROM wrapped CROSS JOIN LATERAL (
-        SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
-         WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > wrapped.msg_key AND p.msg_key <= $5
-         ORDER BY p.msg_key, p.key_seq LIMIT 1) AS n
-), walk AS (
-    SELECT id FROM after UNION ALL SELECT id FROM wrapped
-), heads AS (
-    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (
-        SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
-         WHERE h.id = walk.id AND h.published_at IS NULL AND h.parked_at IS NULL AND h.available_at <= $1
-           FOR UPDATE SKIP LOCKED) AS hd
+		claimOrdered: keyWalk + `, heads AS (
+    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (` + lockHead + `) AS hd
      LIMIT $2
 ), run AS (
-    SELECT r.id FROM heads CROSS JOIN LATERAL (
-        SELECT x.id, x.rn FROM (
-            SELECT s.id, row_number() OVER (ORDER BY s.key_seq) AS rn,
-                   bool_and(s.parked_at IS NULL AND s.available_at <= $1) OVER (ORDER BY s.key_seq) AS ready
-              FROM ` + ob + ` AS s
-             WHERE s.msg_key = heads.msg_key AND s.key_seq >= heads.key_seq AND s.published_at IS NULL
-             ORDER BY s.key_seq LIMIT $2
-        ) AS x WHERE x.ready
-    ) AS r
+    SELECT r.id FROM heads CROSS JOIN LATERAL (` + readyRun + `) AS r
     ORDER BY r.rn LIMIT $2
+)
+UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
+RETURNING ` + oCols,
+		// Ordered, whole runs (OutboxClaimParams.WholeRuns): the same walk
+		// of the keys, but each head is locked only when the rows before
+		// it left room: the LIMIT of taken stops the nested loop over the
+		// walk once the runs of the keys locked so far hold $2 rows, so
+		// the keys after them stay free for other claims. An ORDER BY
+		// there would read, and lock, every key first; the order the
+		// rows come in decides only which are taken, and run keeps of
+		// each key the rows whose place among those taken is their place
+		// in the run: a prefix, whatever the plan.
+		claimOrderedRuns: keyWalk + `, heads AS (
+    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (` + lockHead + `) AS hd
+), taken AS (
+    SELECT heads.msg_key, r.id, r.rn FROM heads CROSS JOIN LATERAL (` + readyRun + `) AS r
+     LIMIT $2
+), run AS (
+    SELECT t.id FROM (
+        SELECT taken.id, taken.rn, row_number() OVER (PARTITION BY taken.msg_key ORDER BY taken.rn) AS pos FROM taken
+    ) AS t WHERE t.pos = t.rn
 )
 UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
 RETURNING ` + oCols,
@@ -267,7 +296,11 @@ func (d *Driver) OutboxAckClaim(ctx context.Context, a *inboxdriver.OutboxAckPar
 func (d *Driver) queueClaims(b *pgx.Batch, p *inboxdriver.OutboxClaimParams) *[]*inboxdriver.OutboxRow {
 	out := new([]*inboxdriver.OutboxRow)
 	from := d.keys.Key()
-	b.Queue(d.oq.claimOrdered, p.Now, p.Limit, p.Token, p.LeaseUntil, from).Query(func(rows pgx.Rows) error {
+	ordered := d.oq.claimOrdered
+	if p.WholeRuns {
+		ordered = d.oq.claimOrderedRuns
+	}
+	b.Queue(ordered, p.Now, p.Limit, p.Token, p.LeaseUntil, from).Query(func(rows pgx.Rows) error {
 		rs, err := pgx.CollectRows(rows, scanOutboxRow)
 		d.keys.Advance(from, rs)
 		*out = append(*out, rs...)

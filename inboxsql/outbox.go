@@ -348,9 +348,13 @@ const maxWalk = 1000
 // rows, one index descent each (a skip scan of the index that migration
 // 007 made), from the key after the driver's cursor on and then wrapping
 // round to the first, until Limit heads are ready or maxWalk keys were
-// seen; the cursor moves to the last key walked. The walk is a plain read,
-// whose snapshot, if stale, can only see more earlier rows, never fewer;
-// the locking read that follows checks each head again.
+// seen. The walk is a plain read, whose snapshot, if stale, can only see
+// more earlier rows, never fewer; the locking read that follows checks
+// each head again.
+//
+// Without p.WholeRuns every head is locked and the runs are cut to Limit
+// by position, and the cursor moves to the last key walked. With it, see
+// claimWholeRuns.
 func (d *Driver) claimOrdered(ctx context.Context, tx *sql.Tx, p *inboxdriver.OutboxClaimParams) ([]*inboxdriver.OutboxRow, error) {
 	from := d.keys.Key()
 	walk := min(maxWalk, max(2*p.Limit, 100))
@@ -369,86 +373,32 @@ func (d *Driver) claimOrdered(ctx context.Context, tx *sql.Tx, p *inboxdriver.Ou
 			last = wlast
 		}
 	}
+	if p.WholeRuns {
+		return d.claimWholeRuns(ctx, tx, p, from, heads)
+	}
 	if last != nil {
 		d.keys.Set(last)
-	}
-	if len(heads) == 0 {
-		return nil, nil
 	}
 	if len(heads) > p.Limit {
 		heads = heads[:p.Limit]
 	}
-	now := d.timeArg(p.Now)
-	ob := d.outboxTable()
-	if d.dialect != SQLite {
-		ids := make([]string, len(heads))
-		for i, h := range heads {
-			ids[i] = h.id
-		}
-		l := d.stmt(`SELECT o.id FROM `, ob, ` AS o WHERE o.id IN `).in(ids).add(` AND `)
-		d.readyRows(l, "o", true, now).add(` FOR UPDATE SKIP LOCKED`)
-		locked, err := queryStrings(ctx, tx, l)
-		if err != nil || len(locked) == 0 {
-			return nil, err
-		}
-		heads = slices.DeleteFunc(heads, func(h keyHead) bool { return !slices.Contains(locked, h.id) })
+	heads, err = d.lockHeads(ctx, tx, p, heads)
+	if err != nil || len(heads) == 0 {
+		return nil, err
 	}
-	// The runs: each key's pending rows from its head on, at most Limit,
-	// read with one index range each, a few hundred keys a statement.
 	type runRow struct {
-		id    string
-		rn    int
-		ready bool
+		id string
+		rn int
 	}
 	var keep []runRow
-	const perStatement = 200
-	for from := 0; from < len(heads); from += perStatement {
-		part := heads[from:min(len(heads), from+perStatement)]
-		r := d.stmt()
-		for i, h := range part {
-			if i > 0 {
-				r.add(`
-UNION ALL `)
-			}
-			r.add(`SELECT * FROM (SELECT s.id, `, strconv.Itoa(i), ` AS h, s.key_seq, CASE WHEN s.parked_at IS NULL AND s.available_at <= `).arg(now).
-				add(` THEN 1 ELSE 0 END AS ready FROM `, ob, ` AS s WHERE s.published_at IS NULL AND s.key_seq IS NOT NULL AND s.msg_key = `).arg(h.key).
-				add(` AND s.key_seq >= `).arg(h.seq).add(` ORDER BY s.key_seq LIMIT `).arg(p.Limit).add(`) AS r`, strconv.Itoa(i))
-		}
-		rows, err := tx.QueryContext(ctx, r.sql.String(), r.args...)
+	for from := 0; from < len(heads); from += runsPerStatement {
+		runs, err := d.readRuns(ctx, tx, p, heads[from:min(len(heads), from+runsPerStatement)], p.Limit)
 		if err != nil {
 			return nil, err
 		}
-		type got struct {
-			id    string
-			seq   int64
-			ready bool
-		}
-		per := make([][]got, len(part))
-		for rows.Next() {
-			var g got
-			var h int
-			if err := rows.Scan(&g.id, &h, &g.seq, &g.ready); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			if h < 0 || h >= len(part) {
-				rows.Close()
-				return nil, fmt.Errorf("inboxsql: the runs came back for head %d of %d", h, len(part))
-			}
-			per[h] = append(per[h], g)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		// Keep each key's ready prefix from its head, in sequence order.
-		for _, run := range per {
-			slices.SortFunc(run, func(a, b got) int { return cmp.Compare(a.seq, b.seq) })
-			for i, g := range run {
-				if !g.ready {
-					break
-				}
-				keep = append(keep, runRow{id: g.id, rn: i + 1})
+		for _, run := range runs {
+			for i, id := range run {
+				keep = append(keep, runRow{id: id, rn: i + 1})
 			}
 		}
 	}
@@ -463,6 +413,133 @@ UNION ALL `)
 		return nil, nil
 	}
 	return d.markClaimed(ctx, tx, p, ids)
+}
+
+// claimWholeRuns claims, for OutboxClaimParams.WholeRuns, the ready runs
+// of the keys of heads, in the walk's order, until they fill p.Limit (the
+// last cut to fit). It locks the heads a chunk at a time, each chunk as
+// many keys as the runs taken so far say the room left needs (one key at
+// first), so that it locks few keys it does not take, and reads the runs
+// of the heads it locked: the keys after those stay free for other
+// claims. The cursor moves to the last key taken.
+func (d *Driver) claimWholeRuns(ctx context.Context, tx *sql.Tx, p *inboxdriver.OutboxClaimParams, from []byte, heads []keyHead) ([]*inboxdriver.OutboxRow, error) {
+	var ids []string
+	keys := 0 // the keys whose runs ids holds
+	for len(heads) > 0 && len(ids) < p.Limit {
+		room := p.Limit - len(ids)
+		n := 1
+		if keys > 0 {
+			n = (room*keys + len(ids) - 1) / len(ids) // room ÷ the mean run, rounded up
+		}
+		n = min(n, len(heads), runsPerStatement)
+		chunk, err := d.lockHeads(ctx, tx, p, heads[:n])
+		if err != nil {
+			return nil, err
+		}
+		heads = heads[n:]
+		if len(chunk) == 0 {
+			continue
+		}
+		runs, err := d.readRuns(ctx, tx, p, chunk, room)
+		if err != nil {
+			return nil, err
+		}
+		for _, run := range runs {
+			if room := p.Limit - len(ids); len(run) > room {
+				run = run[:room]
+			}
+			if len(run) > 0 {
+				ids = append(ids, run...)
+				keys++
+			}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := d.markClaimed(ctx, tx, p, ids)
+	if err == nil {
+		d.keys.Advance(from, rows)
+	}
+	return rows, err
+}
+
+// lockHeads locks those of heads that are still ready and not locked by
+// another claim (FOR UPDATE SKIP LOCKED), and returns them, in order. On
+// SQLite, whose write lock serialises claims, it returns heads.
+func (d *Driver) lockHeads(ctx context.Context, tx *sql.Tx, p *inboxdriver.OutboxClaimParams, heads []keyHead) ([]keyHead, error) {
+	if d.dialect == SQLite || len(heads) == 0 {
+		return heads, nil
+	}
+	ids := make([]string, len(heads))
+	for i, h := range heads {
+		ids[i] = h.id
+	}
+	l := d.stmt(`SELECT o.id FROM `, d.outboxTable(), ` AS o WHERE o.id IN `).in(ids).add(` AND `)
+	d.readyRows(l, "o", true, d.timeArg(p.Now)).add(` FOR UPDATE SKIP LOCKED`)
+	locked, err := queryStrings(ctx, tx, l)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(heads, func(h keyHead) bool { return !slices.Contains(locked, h.id) }), nil
+}
+
+// runsPerStatement bounds the heads whose runs one statement reads.
+const runsPerStatement = 200
+
+// readRuns reads the ready run of each of heads, at most runsPerStatement
+// of them, with one index range each: the ids of the key's pending rows
+// from its head on, at most limit, up to the first that is parked or not
+// ready, in sequence order.
+func (d *Driver) readRuns(ctx context.Context, tx *sql.Tx, p *inboxdriver.OutboxClaimParams, heads []keyHead, limit int) ([][]string, error) {
+	now := d.timeArg(p.Now)
+	r := d.stmt()
+	for i, h := range heads {
+		if i > 0 {
+			r.add(`
+UNION ALL `)
+		}
+		r.add(`SELECT * FROM (SELECT s.id, `, strconv.Itoa(i), ` AS h, s.key_seq, CASE WHEN s.parked_at IS NULL AND s.available_at <= `).arg(now).
+			add(` THEN 1 ELSE 0 END AS ready FROM `, d.outboxTable(), ` AS s WHERE s.published_at IS NULL AND s.key_seq IS NOT NULL AND s.msg_key = `).arg(h.key).
+			add(` AND s.key_seq >= `).arg(h.seq).add(` ORDER BY s.key_seq LIMIT `).arg(limit).add(`) AS r`, strconv.Itoa(i))
+	}
+	rows, err := tx.QueryContext(ctx, r.sql.String(), r.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	type got struct {
+		id    string
+		seq   int64
+		ready bool
+	}
+	per := make([][]got, len(heads))
+	for rows.Next() {
+		var g got
+		var h int
+		if err := rows.Scan(&g.id, &h, &g.seq, &g.ready); err != nil {
+			return nil, err
+		}
+		if h < 0 || h >= len(heads) {
+			return nil, fmt.Errorf("inboxsql: the runs came back for head %d of %d", h, len(heads))
+		}
+		per[h] = append(per[h], g)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Keep each key's ready prefix from its head, in sequence order.
+	runs := make([][]string, len(heads))
+	for k, run := range per {
+		slices.SortFunc(run, func(a, b got) int { return cmp.Compare(a.seq, b.seq) })
+		for _, g := range run {
+			if !g.ready {
+				break
+			}
+			runs[k] = append(runs[k], g.id)
+		}
+	}
+	return runs, nil
 }
 
 // keyHead is a key's first pending ordered row.

@@ -38,8 +38,9 @@
 // call at a time, each after the one before was confirmed, so a key
 // publishes about one event per broker round trip; many keys publish in
 // parallel. A KeyOrderSink that keeps a key's order within a call gets
-// each key's ready run in one call instead. Changing Ordered on a table with pending events of a key does
-// not reorder them.
+// each key's ready run in one call instead, and each claim takes whole runs
+// of a few keys, so that the relay's workers hold different keys. Changing
+// Ordered on a table with pending events of a key does not reorder them.
 //
 // # Leases
 //

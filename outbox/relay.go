@@ -397,6 +397,9 @@ func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, d
 	var err error
 	claim := &inboxdriver.OutboxClaimParams{
 		Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
+		// A sink that takes a key's run in one call gets whole runs of few
+		// keys, and the other workers the other keys.
+		WholeRuns: r.runs,
 	}
 	ackClaimer, _ := r.store.(inboxdriver.OutboxAckClaimer)
 	if carry != nil && ackClaimer == nil {

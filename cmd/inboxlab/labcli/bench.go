@@ -24,7 +24,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	dbURL := fs.String("database-url", "", "the Postgres server; a random schema is created in it and dropped at the end (default $DATABASE_URL, then "+bench.DefaultDatabaseURL+")")
 	redisAddr := fs.String("redis-addr", bench.DefaultRedisAddr, "the Redis of the redis-setnx row; empty leaves that row out")
 	amqpURL := fs.String("amqp-url", bench.DefaultAMQPURL, "the RabbitMQ of the rabbitmq-… rows; empty leaves them out, as does a server that does not answer (the report says so)")
-	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(append(bench.RowNames(), bench.DrainNames()...), ", "))
+	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(bench.Names(), ", "))
 	workersFlag := fs.String("workers", "", "comma-separated worker counts (default 1,8)")
 	var warmup, duration, purgeBaseline, idDuration command.Duration
 	fs.Var(&warmup, "warmup", "unmeasured run of each row before the rounds (default 100ms quick, 1s full)")

@@ -214,8 +214,8 @@ func (c *Config) validate() error {
 		}
 	}
 	for _, name := range c.Rows {
-		if findRow(name) == nil && findDrain(name) == nil {
-			return configErrorf("Config.Rows: unknown row %q; the rows are %s", name, strings.Join(append(RowNames(), DrainNames()...), ", "))
+		if findRow(name) == nil && !slices.ContainsFunc(drainRows, func(d *drainRow) bool { return d.name == name }) {
+			return configErrorf("Config.Rows: unknown row %q; the rows are %s", name, strings.Join(Names(), ", "))
 		}
 	}
 	return nil
@@ -356,22 +356,32 @@ func (b *bench) connect(ctx context.Context) error {
 	}
 	b.cpu = newCPUMeter(ctx, b.pool, b.maxW, pcfg.ConnConfig.Host)
 	b.schema = "inbox_bench_" + randomSuffix()
-	if _, err := b.admin.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{b.schema}.Sanitize()); err != nil {
-		return fmt.Errorf("bench: create schema: %w", err)
+	drop, err := b.createSchema(ctx, b.schema)
+	if err != nil {
+		return err
 	}
 	b.logf("schema %s on %s", b.schema, where)
-	b.closers = append(b.closers, func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		defer cancel()
-		if _, err := b.admin.Exec(dctx, `DROP SCHEMA `+pgx.Identifier{b.schema}.Sanitize()+` CASCADE`); err != nil {
-			b.logf("drop schema %s: %v", b.schema, err)
-			command.Cleaned(ctx, "could not drop schema %s (%s)", b.schema, command.Message(err))
-		} else {
-			command.Cleaned(ctx, "dropped schema %s", b.schema)
-		}
-	})
+	b.closers = append(b.closers, drop)
 	b.pg = &pgStore{}
 	return b.pg.setup(ctx, b)
+}
+
+// createSchema creates schema with the admin pool, and returns the func
+// that drops it, with everything in it, and says so.
+func (b *bench) createSchema(ctx context.Context, schema string) (drop func(), err error) {
+	if _, err := b.admin.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
+		return nil, fmt.Errorf("bench: create schema: %w", err)
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		if _, err := b.admin.Exec(dctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
+			b.logf("drop schema %s: %v", schema, err)
+			command.Cleaned(ctx, "could not drop schema %s (%s)", schema, command.Message(err))
+		} else {
+			command.Cleaned(ctx, "dropped schema %s", schema)
+		}
+	}, nil
 }
 
 // openAll opens the resources the rows need, but for the background ones,

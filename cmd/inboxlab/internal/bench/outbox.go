@@ -340,6 +340,17 @@ func (s *countSink) Publish(ctx context.Context, recs []outbox.Record) []error {
 	return errs
 }
 
+// KeepsKeyOrder implements outbox.KeyOrderSink: the count passes on the
+// capability of the sink it counts, so that the relay treats both alike.
+func (s *countSink) KeepsKeyOrder() bool { return keepsKeyOrder(s.sink) }
+
+// keepsKeyOrder reports whether sink keeps a key's order within one call
+// (outbox.KeyOrderSink).
+func keepsKeyOrder(sink outbox.Sink) bool {
+	ks, ok := sink.(outbox.KeyOrderSink)
+	return ok && ks.KeepsKeyOrder()
+}
+
 // signalSink passes on the id of each record sink confirmed.
 type signalSink struct {
 	sink outbox.Sink
@@ -355,3 +366,6 @@ func (s *signalSink) Publish(ctx context.Context, recs []outbox.Record) []error 
 	}
 	return errs
 }
+
+// KeepsKeyOrder implements outbox.KeyOrderSink, as the sink it wraps does.
+func (s *signalSink) KeepsKeyOrder() bool { return keepsKeyOrder(s.sink) }

@@ -7,14 +7,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
-	"github.com/txinbox/inbox/internal/command"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -53,25 +51,6 @@ var drainRows = []*drainRow{
 	{name: "relay-unordered-null"},
 	{name: "relay-ordered-" + strconv.Itoa(relayKeys) + "-keys-kfake", ordered: true, kafka: true},
 	{name: "relay-unordered-kfake", kafka: true},
-}
-
-// DrainNames returns the names of the drain rows, which --rows also
-// selects.
-func DrainNames() []string {
-	names := make([]string, len(drainRows))
-	for i, d := range drainRows {
-		names[i] = d.name
-	}
-	return names
-}
-
-func findDrain(name string) *drainRow {
-	for _, d := range drainRows {
-		if d.name == name {
-			return d
-		}
-	}
-	return nil
 }
 
 // selectDrains returns the drain rows cfg asks for: every one when it
@@ -128,22 +107,16 @@ type relayStore struct {
 // workers and one for the enqueue; close drops the schema.
 func (b *bench) openRelayStore(ctx context.Context) (*relayStore, func(), error) {
 	schema := b.schema + "_relay"
-	if _, err := b.admin.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, nil, fmt.Errorf("bench: create schema: %w", err)
+	drop, err := b.createSchema(ctx, schema)
+	if err != nil {
+		return nil, nil, err
 	}
 	s := &relayStore{}
 	closeFn := func() {
 		if s.pool != nil {
 			s.pool.Close()
 		}
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		defer cancel()
-		if _, err := b.admin.Exec(dctx, `DROP SCHEMA `+pgx.Identifier{schema}.Sanitize()+` CASCADE`); err != nil {
-			b.logf("drop schema %s: %v", schema, err)
-			command.Cleaned(ctx, "could not drop schema %s (%s)", schema, command.Message(err))
-		} else {
-			command.Cleaned(ctx, "dropped schema %s", schema)
-		}
+		drop()
 	}
 	pcfg, err := pgxpool.ParseConfig(b.cfg.DatabaseURL)
 	if err != nil {

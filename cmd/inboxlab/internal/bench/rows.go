@@ -109,6 +109,16 @@ func RowNames() []string {
 	return names
 }
 
+// Names returns the names Config.Rows takes for a run's default rows:
+// RowNames, then the drain rows'.
+func Names() []string {
+	names := RowNames()
+	for _, d := range drainRows {
+		names = append(names, d.name)
+	}
+	return names
+}
+
 func findRow(name string) *row {
 	for _, r := range rows {
 		if r.name == name {
