@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestEffectKey(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 func TestJudge(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 

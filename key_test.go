@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 func parseTestDuration(s string) (time.Duration, error) { return time.ParseDuration(s) }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // ulidBits decodes a ULID to its 128 bits as hex, through math/big: a

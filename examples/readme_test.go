@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/readme"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // root is the repository, from the examples module's directory.

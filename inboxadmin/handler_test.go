@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxadmin"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // client is an HTTP client that does not follow redirects, so that a

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxadmin"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestForeignHost: a request whose Host is not one the page serves is

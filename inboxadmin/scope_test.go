@@ -12,9 +12,9 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxadmin"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // The tests of this file check that every action of the page acts on

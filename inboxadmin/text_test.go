@@ -11,9 +11,9 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxadmin"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // requireNoControls fails unless s is free of control characters other

@@ -3,8 +3,8 @@ package inboxdriver_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestSortOutboxRows(t *testing.T) {

@@ -4,9 +4,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 

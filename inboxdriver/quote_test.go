@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestValidateRefusesTablesThatShareAName(t *testing.T) {

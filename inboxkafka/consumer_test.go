@@ -14,9 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxkafka"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/uuid"
 )
 

@@ -3,9 +3,9 @@ package inboxkafka_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxkafka"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestOffsetKey(t *testing.T) {

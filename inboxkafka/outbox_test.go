@@ -13,11 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/internal/fault"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
 	"github.com/txinbox/inbox/outbox/outboxtest"
 )

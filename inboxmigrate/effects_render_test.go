@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestRenderEffects checks that migration 003 renders for every dialect,

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // The partitioned layout renders the inbox partitioned by range over its

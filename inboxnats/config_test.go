@@ -6,9 +6,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func validConfig() *Config {

@@ -7,9 +7,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxnats"
 	"github.com/txinbox/inbox/inboxpgx"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
 	"github.com/txinbox/inbox/outbox/outboxtest"
 )

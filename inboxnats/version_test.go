@@ -3,7 +3,7 @@ package inboxnats
 import (
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // TestTermWithReason covers the server versions that honour it.

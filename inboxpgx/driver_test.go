@@ -13,11 +13,11 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func newClient(t *testing.T, d *inboxpgx.Driver, cfg *inbox.Config) *inbox.Client[pgx.Tx] {

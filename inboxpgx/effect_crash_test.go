@@ -36,6 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
@@ -43,7 +44,6 @@ import (
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/fault"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver testdb creates schemas with
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestPurgeRestEndsOnCancel checks that a purge resting between batches

@@ -6,9 +6,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // TestConfigValidate: each field's error names it.

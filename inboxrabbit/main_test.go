@@ -38,11 +38,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/tcpproxy"
 	"github.com/txinbox/inbox/internal/testdb"
 )

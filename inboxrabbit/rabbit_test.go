@@ -15,11 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/internal/fault"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // (d) On a broker with per-queue consumer timeouts (RabbitMQ 3.12 and

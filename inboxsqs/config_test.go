@@ -7,8 +7,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestConfigValidate(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // The sequencer tests cover FIFO behaviour goaws cannot show: it returns no

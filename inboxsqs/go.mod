@@ -10,6 +10,7 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/sirupsen/logrus v1.9.0
+	github.com/stretchr/testify v1.12.1
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxpgx v0.0.0-00010101000000-000000000000
 	go.uber.org/goleak v1.3.0
@@ -26,7 +27,9 @@ require (
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/mitchellh/copystructure v1.2.0 // indirect
 	github.com/mitchellh/reflectwalk v1.0.2 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.13.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
+

@@ -8,8 +8,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxsqs"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox/outboxtest"
 )
 

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // testClock is a clock the breaker tests move by hand.

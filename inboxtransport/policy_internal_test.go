@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 type carrier struct{ tr Delivery }

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/ThreeDotsLabs/watermill v1.4.7
 	github.com/jackc/pgx/v5 v5.13.0
+	github.com/stretchr/testify v1.12.1
 	github.com/txinbox/inbox v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxpgx v0.0.0-00010101000000-000000000000
 	github.com/txinbox/inbox/inboxsql/inboxsqlite v0.0.0-00010101000000-000000000000
@@ -24,6 +25,7 @@ require (
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/sony/gobreaker v1.0.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
@@ -32,3 +34,4 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.62.0 // indirect
 )
+

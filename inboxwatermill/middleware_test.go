@@ -14,10 +14,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxwatermill"
 	"github.com/txinbox/inbox/internal/fault"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/outbox"
 )
 

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // The quick start, run twice on one file: the second delivery of the event

@@ -8,3 +8,4 @@ require (
 )
 
 require filippo.io/edwards25519 v1.2.0 // indirect
+

@@ -3,7 +3,7 @@ package transporttest
 import (
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 func exactlyOnceCases[TTx any]() []testCase[TTx] {

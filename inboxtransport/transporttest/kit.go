@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxtransport"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // The kit of an adapter's own tests: the waits and the running consumers

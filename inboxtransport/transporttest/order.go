@@ -6,7 +6,7 @@ import (
 
 	"github.com/txinbox/inbox"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 func orderCases[TTx any]() []testCase[TTx] {

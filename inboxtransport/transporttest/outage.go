@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/outagetest"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // outageDeliveries is the MaxDeliveries of the outage matrix.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func poisonCases[TTx any]() []testCase[TTx] {

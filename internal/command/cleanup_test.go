@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/command"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // A command that a signal ends says what its cleanup removed, on the one

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/command"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestParseDuration(t *testing.T) {

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/command"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestText(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 func TestArmFromEnvErrors(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/uuid"
 	"github.com/txinbox/inbox/outbox"
 )

@@ -3,7 +3,7 @@ package inboxcli
 import (
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 func TestSyncNeeded(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

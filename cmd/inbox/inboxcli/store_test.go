@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
@@ -21,7 +22,6 @@ import (
 	"github.com/txinbox/inbox/inboxsql/inboxpostgres"
 	"github.com/txinbox/inbox/inboxsql/inboxsqlite"
 	"github.com/txinbox/inbox/inboxtest"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/bench"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/redis"
 	"github.com/txinbox/inbox/internal/command/commandtest"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

@@ -3,7 +3,7 @@ package labcli_test
 import (
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // An unknown --db-faults kind is a usage error that names it, before

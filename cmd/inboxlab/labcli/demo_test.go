@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // 'inboxlab demo --json' prints exactly one JSON object, in the contract's

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // 'inboxlab demo --transport nats' runs the story on an embedded JetStream

@@ -4,11 +4,11 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/chaos"
 	"github.com/txinbox/inbox/cmd/inboxlab/labcli"
 	"github.com/txinbox/inbox/internal/command/commandtest"
 	"github.com/txinbox/inbox/internal/dbfault"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 func TestHelp(t *testing.T) {

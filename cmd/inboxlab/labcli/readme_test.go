@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/chaos"
 	"github.com/txinbox/inbox/cmd/inboxlab/labcli"
 	"github.com/txinbox/inbox/internal/readme"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // The README shows the demo's default run as it prints it: the run is

@@ -18,10 +18,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/bench"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/redis"
 	"github.com/txinbox/inbox/cmd/inboxlab/labcli"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxsql"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/inboxtype"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // provider is a remote call that counts its calls.

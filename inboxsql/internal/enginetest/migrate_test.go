@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxsql"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // Migration 005 adds a column. MySQL commits DDL at once, so a run can die

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/internal/command"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // Main is a program's Main.

@@ -10,8 +10,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker/brokertest"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxkafka"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // quietFor quiets the background resources of a phase that the row about

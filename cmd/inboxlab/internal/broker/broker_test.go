@@ -15,9 +15,9 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker/brokertest"
-	"github.com/txinbox/inbox/internal/require"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/outbox"
 )

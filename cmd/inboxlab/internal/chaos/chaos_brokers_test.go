@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker/brokertest"
-	"github.com/txinbox/inbox/internal/require"
 )
 
 // The NATS run does the same over a JetStream server embedded in the

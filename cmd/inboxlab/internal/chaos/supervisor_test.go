@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/inbox/internal/require"
+	"github.com/stretchr/testify/require"
 )
 
 // The supervisor tests run stand-in consumers: this test binary again, with
