@@ -37,7 +37,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	idRows := fs.Int("id-rows", -1, "rows in the inbox before UUIDv4 and UUIDv7 are compared; 0 leaves it out (default 100000 quick, 1000000 full)")
 	idRounds := fs.Int("id-rounds", 0, "rounds of each id kind (default 2 quick, 3 full)")
 	relayBacklogs := fs.String("relay-backlogs", "", "comma-separated backlogs of the relay-… drain rows: the ordered rows drain each, the unordered ones the largest; 0 leaves them out (default 10000,100000)")
-	relayRounds := fs.Int("relay-rounds", 0, "rounds of every drain row (default 3 quick, 5 full)")
+	relayRounds := fs.Int("relay-rounds", 0, "rounds of every drain row (default 5 quick, 7 full)")
 	seed := fs.Uint64("seed", 1, "seed of the message streams and of the order of the rounds")
 	if err := fs.Parse(args, 0); err != nil {
 		return err

@@ -147,7 +147,7 @@ func Quick() Config {
 		IDRounds:      2,
 		OutboxEvents:  20_000,
 		RelayBacklogs: []int{10_000, 100_000},
-		RelayRounds:   3,
+		RelayRounds:   5,
 		Seed:          1,
 	}
 }
@@ -164,7 +164,7 @@ func Full() Config {
 	c.IDDuration = 4 * time.Second
 	c.IDRounds = 3
 	c.OutboxEvents = 100_000
-	c.RelayRounds = 5
+	c.RelayRounds = 7
 	return c
 }
 
