@@ -14,60 +14,14 @@ import (
 func testReplayMarkedDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	c := x.client(nil)
 	ctx := context.Background()
-	deadLetter := func(consumer string, m inbox.Message) int64 {
-		t.Helper()
-		if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errBoom, Attempts: 3}); err != nil {
-			t.Fatal(err)
-		}
-		list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, d := range list {
-			if d.MessageID == m.ID || m.ID == "" && d.MessageID == "" {
-				return d.ID
-			}
-		}
-		t.Fatalf("dead letter %q of %s not found", m.ID, consumer)
-		return 0
-	}
 	id1, id2, id3 := NewID(), NewID(), NewID()
-	d1, d2 := deadLetter("billing", msg(id1)), deadLetter("billing", msg(id2))
-	dNoID := deadLetter("billing", inbox.Message{Payload: []byte("?"), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}})
-	dOther := deadLetter("inventory", msg(id3))
-
-	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
-	requireEqual(t, "first mark", marked, int64(1))
-	requireEqual(t, "first mark error", err, nil)
-	marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
-	requireEqual(t, "second mark of the same", marked, int64(0))
-	requireEqual(t, "second mark error", err, nil)
-	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dNoID})
-	requireErrorIs(t, err, inbox.ErrNoMessageID)
-	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40})
-	requireErrorIs(t, err, inbox.ErrNotFound)
-
-	// Two concurrent marks of one dead letter: one marks it.
-	var wins atomic.Int32
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ok, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d2})
-			if err != nil {
-				t.Error(err)
-			}
-			if ok > 0 {
-				wins.Add(1)
-			}
-		}()
-	}
-	wg.Wait()
-	requireEqual(t, "concurrent marks that marked", wins.Load(), 1)
+	d1, d2 := deadLetterToReplay(t, c, "billing", msg(id1)), deadLetterToReplay(t, c, "billing", msg(id2))
+	dNoID := deadLetterToReplay(t, c, "billing", inbox.Message{Payload: []byte("?"), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}})
+	dOther := deadLetterToReplay(t, c, "inventory", msg(id3))
+	markOnce(t, c, d1, d2, dNoID)
 
 	// A consumer's replay replays its own dead letters, not billing's.
-	marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dOther})
+	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dOther})
 	requireEqual(t, "mark inventory's", marked, int64(1))
 	requireEqual(t, "mark inventory's error", err, nil)
 	hOther, csOther := x.effect("inventory")
@@ -104,16 +58,80 @@ func testReplayMarkedDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	requireEqual(t, "replay error", err, nil)
 	requireEqual(t, "replays once they are done", len(rs), 0)
 
+	x.replayFailingAgain(t, c, h)
+}
+
+// deadLetterToReplay dead-letters m for consumer after three attempts and
+// returns the dead letter's id.
+func deadLetterToReplay[TTx any](t *testing.T, c *inbox.Client[TTx], consumer string, m inbox.Message) int64 {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errBoom, Attempts: 3}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range list {
+		if d.MessageID == m.ID || m.ID == "" && d.MessageID == "" {
+			return d.ID
+		}
+	}
+	t.Fatalf("dead letter %q of %s not found", m.ID, consumer)
+	return 0
+}
+
+// markOnce is the marking step of ReplayMarkedDeadLetters: d1 is
+// marked once, a dead letter without an id or none at all is refused, and
+// of two concurrent marks of d2 one marks it.
+func markOnce[TTx any](t *testing.T, c *inbox.Client[TTx], d1, d2, dNoID int64) {
+	ctx := context.Background()
+	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
+	requireEqual(t, "first mark", marked, int64(1))
+	requireEqual(t, "first mark error", err, nil)
+	marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
+	requireEqual(t, "second mark of the same", marked, int64(0))
+	requireEqual(t, "second mark error", err, nil)
+	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dNoID})
+	requireErrorIs(t, err, inbox.ErrNoMessageID)
+	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40})
+	requireErrorIs(t, err, inbox.ErrNotFound)
+
+	// Two concurrent marks of one dead letter: one marks it.
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d2})
+			if err != nil {
+				t.Error(err)
+			}
+			if ok > 0 {
+				wins.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	requireEqual(t, "concurrent marks that marked", wins.Load(), 1)
+}
+
+// replayFailingAgain is the last step of ReplayMarkedDeadLetters, once
+// billing's marked dead letters are replayed: h is billing's handler.
+func (x *suite[TTx]) replayFailingAgain(t *testing.T, c *inbox.Client[TTx], h inbox.Handler[TTx]) {
+	ctx := context.Background()
 	// A replay whose handler fails again: the dead letter stays, with
 	// the error and one more attempt, and is no longer marked.
 	id4 := NewID()
-	d4 := deadLetter("billing", msg(id4))
+	d4 := deadLetterToReplay(t, c, "billing", msg(id4))
 	n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
 	requireEqual(t, "mark all error", err, nil)
 	requireEqual(t, "marked of billing's (not the one without an id)", n, int64(1))
 	errAgain := errors.New("still declined")
 	failing := inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error { return errAgain })
-	rs, err = c.ProcessReplays(ctx, "billing", failing)
+	rs, err := c.ProcessReplays(ctx, "billing", failing)
 	requireEqual(t, "replay error", err, nil)
 	requireEqual(t, "replays", len(rs), 1)
 	requireErrorIs(t, rs[0].Err, errAgain)
@@ -128,7 +146,7 @@ func testReplayMarkedDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	rs, err = c.ProcessReplays(ctx, "billing", failing)
 	requireEqual(t, "replay error", err, nil)
 	requireEqual(t, "replays of an unmarked dead letter", len(rs), 0)
-	marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d4})
+	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d4})
 	requireEqual(t, "mark again", marked, int64(1))
 	requireEqual(t, "mark again error", err, nil)
 	rs, err = c.ProcessReplays(ctx, "billing", h)
