@@ -2,14 +2,7 @@ package inboxtest
 
 import (
 	"context"
-	"fmt"
-	"maps"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/outbox"
@@ -38,55 +31,6 @@ func outboxCases[TTx any]() []testCase[TTx] {
 		{"OutboxOrderedWholeRunsLockOnlyTheKeysTaken", testOutboxOrderedWholeRunsLockOnlyTheKeysTaken[TTx]},
 		{"OutboxOrderedSequencesConcurrentProducers", testOutboxOrderedSequencesConcurrentProducers[TTx]},
 		{"OutboxStatsListAndOperatorActions", testOutboxStatsListAndOperatorActions[TTx]},
-	}
-}
-
-// countingSink counts each event id's publishes.
-type countingSink struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (s *countingSink) Publish(_ context.Context, recs []outbox.Record) []error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n == nil {
-		s.n = map[string]int{}
-	}
-	for _, r := range recs {
-		s.n[r.Headers[outbox.HeaderEventID]]++
-	}
-	return make([]error, len(recs))
-}
-
-func (s *countingSink) counts() map[string]int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string]int, len(s.n))
-	for k, v := range s.n {
-		out[k] = v
-	}
-	return out
-}
-
-// requireKeyOrder checks that the records of each key in want arrived with
-// sequence numbers 1, 2, … up to want[key], in that order, once each.
-func requireKeyOrder(t *testing.T, recs []outbox.Record, want map[string]int) {
-	t.Helper()
-	next := map[string]int64{}
-	for _, r := range recs {
-		if r.KeySeq == 0 {
-			continue
-		}
-		k := string(r.Key)
-		requireEqual(t, "key-seq header of "+k, r.Headers[outbox.HeaderKeySeq], strconv.FormatInt(r.KeySeq, 10))
-		if r.KeySeq != next[k]+1 {
-			t.Fatalf("key %s: got sequence %d after %d", k, r.KeySeq, next[k])
-		}
-		next[k] = r.KeySeq
-	}
-	for k, n := range want {
-		requireEqual(t, "events of key "+k, next[k], int64(n))
 	}
 }
 
@@ -120,56 +64,6 @@ func (x *suite[TTx]) relayOnce(r *outbox.Relay) outbox.Result {
 	return res
 }
 
-// claimOutbox claims at most limit rows with token, retrying conflicts.
-func (x *suite[TTx]) claimOutbox(token string, limit int, wholeRuns bool) []*inboxdriver.OutboxRow {
-	x.t.Helper()
-	rows, err := x.tryClaimOutbox(token, limit, wholeRuns)
-	requireNoError(x.t, "OutboxClaim", err)
-	return rows
-}
-
-// tryClaimOutbox is claimOutbox, returning its error, for a goroutine.
-func (x *suite[TTx]) tryClaimOutbox(token string, limit int, wholeRuns bool) ([]*inboxdriver.OutboxRow, error) {
-	var rows []*inboxdriver.OutboxRow
-	err := x.retryConflicts(func() error {
-		now := time.Now()
-		var err error
-		rows, err = x.outboxStore().OutboxClaim(context.Background(), &inboxdriver.OutboxClaimParams{
-			Token: token, Now: now, LeaseUntil: now.Add(time.Minute), Limit: limit, WholeRuns: wholeRuns,
-		})
-		return err
-	})
-	return rows, err
-}
-
-// claimedRuns describes the ordered rows of a claim, which must come
-// grouped by key in sequence order, as each key's sequence numbers, "a:1-2
-// b:1-2", keys sorted.
-func claimedRuns(t *testing.T, rows []*inboxdriver.OutboxRow) string {
-	t.Helper()
-	type span struct{ first, last int64 }
-	runs := map[string]*span{}
-	var prev string
-	for _, r := range rows {
-		k := string(r.Key)
-		s, seen := runs[k]
-		switch {
-		case !seen:
-			runs[k] = &span{r.KeySeq, r.KeySeq}
-		case k != prev || r.KeySeq != s.last+1:
-			t.Fatalf("claim: key %s's sequence %d after %d, or not grouped by key", k, r.KeySeq, s.last)
-		default:
-			s.last = r.KeySeq
-		}
-		prev = k
-	}
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(runs)) {
-		out = append(out, fmt.Sprintf("%s:%d-%d", k, runs[k].first, runs[k].last))
-	}
-	return strings.Join(out, " ")
-}
-
 func (x *suite[TTx]) begin() TTx {
 	x.t.Helper()
 	tx, err := x.s.Begin(context.Background())
@@ -193,25 +87,6 @@ func (x *suite[TTx]) enqueueN(o *outbox.Outbox[TTx], n, perTx int, m func(i int)
 		requireNoError(x.t, "EnqueueTx", err)
 		requireNoError(x.t, "commit", x.s.Driver.Commit(ctx, tx))
 		ids = append(ids, got...)
-	}
-	return ids
-}
-
-// enqueueKeyed enqueues, for each key of topics, one ordered event per
-// topic listed, in that order, each key's events one to a transaction, and
-// returns each key's event ids in order.
-func (x *suite[TTx]) enqueueKeyed(o *outbox.Outbox[TTx], topics map[string][]string) map[string][]string {
-	x.t.Helper()
-	ctx := context.Background()
-	ids := map[string][]string{}
-	for k, ts := range topics {
-		for i, topic := range ts {
-			tx := x.begin()
-			got, err := o.EnqueueTx(ctx, tx, outbox.Message{Topic: topic, Key: []byte(k), Payload: []byte(k + strconv.Itoa(i+1))})
-			requireNoError(x.t, "EnqueueTx", err)
-			requireNoError(x.t, "commit", x.s.Driver.Commit(ctx, tx))
-			ids[k] = append(ids[k], got...)
-		}
 	}
 	return ids
 }

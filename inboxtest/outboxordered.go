@@ -1,18 +1,13 @@
 package inboxtest
 
 import (
-	"cmp"
 	"context"
 	"errors"
-	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -170,144 +165,42 @@ func testOutboxOrderedSinkWithoutTheCapabilityGetsOneRecordPerKeyACall[TTx any](
 	requireKeyOrder(t, mem.Records(), map[string]int{"a": 4, "b": 2})
 }
 
-func testOutboxOrderedClaimCutsByPositionOrTakesWholeRuns[TTx any](t *testing.T, x *suite[TTx]) {
-	// Without WholeRuns a claim takes the head of every ready key
-	// and cuts the runs behind them by position; with it, whole
-	// runs of few keys, the last cut to fit. Either way, a prefix
-	// of each key.
-	ctx := context.Background()
-	o := x.outbox(&outbox.Config{Ordered: true})
-	five := []string{"t", "t", "t", "t", "t"}
-	x.enqueueKeyed(o, map[string][]string{"a": five, "b": five, "c": five})
-	rows := x.claimOutbox("position", 6, false)
-	requireEqual(t, "claimed by position", claimedRuns(t, rows), "a:1-2 b:1-2 c:1-2")
-	ids := make([]string, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ID
-	}
-	_, err := x.outboxStore().OutboxRelease(ctx, &inboxdriver.OutboxReleaseParams{IDs: ids, Token: "position", AvailableAt: time.Now()})
-	requireNoError(t, "OutboxRelease", err)
-
-	// Whole runs: one key's five and the next key's first two.
-	whole := x.claimOutbox("whole", 7, true)
-	got := strings.Fields(claimedRuns(t, whole))
-	slices.SortFunc(got, func(a, b string) int { return cmp.Compare(a[2:], b[2:]) })
-	if len(got) != 2 || got[0][2:] != "1-2" || got[1][2:] != "1-5" {
-		t.Fatalf("claimed whole runs: %v, want one key's 1-5 and another's 1-2", got)
-	}
-	cut := got[0][:1]
-	// The next claim takes the third key's run alone: the rest of
-	// the cut key waits behind its claimed rows.
-	rows = x.claimOutbox("third", 100, true)
-	third := claimedRuns(t, rows)
-	if len(third) != 5 || third[2:] != "1-5" || strings.Contains(strings.Join(got, " "), third[:1]+":") {
-		t.Fatalf("the next claim took %q, want the third key's 1-5 (the first claim took %v)", third, got)
-	}
-	ids = ids[:0]
-	for _, r := range whole {
-		ids = append(ids, r.ID)
-	}
-	n, err := x.outboxStore().OutboxAck(ctx, &inboxdriver.OutboxAckParams{IDs: ids, Token: "whole"})
-	requireNoError(t, "OutboxAck", err)
-	requireEqual(t, "acked", n, int64(7))
-	// Once they are published, the rest of the cut key.
-	requireEqual(t, "claimed after the ack", claimedRuns(t, x.claimOutbox("rest", 100, true)), cut+":3-5")
-}
-
-func testOutboxOrderedWholeRunsLockOnlyTheKeysTaken[TTx any](t *testing.T, x *suite[TTx]) {
-	// Two claims at once, each for one key's run: each locks only
-	// the key it takes, so the other gets another key.
-	ctx := context.Background()
-	o := x.outbox(&outbox.Config{Ordered: true})
-	keys := []string{"k0", "k1", "k2", "k3"}
-	const perKey, run = 20, 4
-	x.enqueueN(o, len(keys)*perKey, perKey, func(i int) outbox.Message {
-		return outbox.Message{Topic: "t", Key: []byte(keys[i%len(keys)])}
-	})
-	next := map[string]int64{} // per key, the last sequence taken
-	// Six rounds take at most 20 of a key's rows before the last
-	// round, so at least two keys are always ready.
-	for round := range 6 {
-		start := make(chan struct{})
-		var wg sync.WaitGroup
-		got := make([][]*inboxdriver.OutboxRow, 2)
-		errs := make([]error, 2)
-		for i := range got {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				got[i], errs[i] = x.tryClaimOutbox(fmt.Sprintf("r%d-%d", round, i), run, true)
-			}()
+// requireKeyOrder checks that the records of each key in want arrived with
+// sequence numbers 1, 2, … up to want[key], in that order, once each.
+func requireKeyOrder(t *testing.T, recs []outbox.Record, want map[string]int) {
+	t.Helper()
+	next := map[string]int64{}
+	for _, r := range recs {
+		if r.KeySeq == 0 {
+			continue
 		}
-		close(start)
-		wg.Wait()
-		var taken []string
-		for i, rows := range got {
-			requireNoError(t, "OutboxClaim", errs[i])
-			if len(rows) != run {
-				t.Fatalf("round %d: claim %d took %d rows, want one key's run of %d", round, i, len(rows), run)
-			}
-			k := string(rows[0].Key)
-			for j, r := range rows {
-				requireEqual(t, "key of a claim's rows", string(r.Key), k)
-				requireEqual(t, "sequence of "+k, r.KeySeq, next[k]+int64(j)+1)
-			}
-			next[k] += run
-			taken = append(taken, k)
-			ids := make([]string, len(rows))
-			for j, r := range rows {
-				ids[j] = r.ID
-			}
-			n, err := x.outboxStore().OutboxAck(ctx, &inboxdriver.OutboxAckParams{IDs: ids, Token: fmt.Sprintf("r%d-%d", round, i)})
-			requireNoError(t, "OutboxAck", err)
-			requireEqual(t, "acked", n, int64(run))
+		k := string(r.Key)
+		requireEqual(t, "key-seq header of "+k, r.Headers[outbox.HeaderKeySeq], strconv.FormatInt(r.KeySeq, 10))
+		if r.KeySeq != next[k]+1 {
+			t.Fatalf("key %s: got sequence %d after %d", k, r.KeySeq, next[k])
 		}
-		if taken[0] == taken[1] {
-			t.Fatalf("round %d: both claims took key %s", round, taken[0])
-		}
+		next[k] = r.KeySeq
+	}
+	for k, n := range want {
+		requireEqual(t, "events of key "+k, next[k], int64(n))
 	}
 }
 
-func testOutboxOrderedSequencesConcurrentProducers[TTx any](t *testing.T, x *suite[TTx]) {
-	// Producers of one key in concurrent transactions get distinct,
-	// gap-free sequence numbers.
+// enqueueKeyed enqueues, for each key of topics, one ordered event per
+// topic listed, in that order, each key's events one to a transaction, and
+// returns each key's event ids in order.
+func (x *suite[TTx]) enqueueKeyed(o *outbox.Outbox[TTx], topics map[string][]string) map[string][]string {
+	x.t.Helper()
 	ctx := context.Background()
-	o := x.outbox(&outbox.Config{Ordered: true})
-	const producers, each = 4, 5
-	var wg sync.WaitGroup
-	errs := make(chan error, producers*each)
-	for p := range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				errs <- x.retryConflicts(func() error {
-					tx, err := x.s.Begin(ctx)
-					if err != nil {
-						return err
-					}
-					_, err = o.EnqueueTx(ctx, tx, outbox.Message{Topic: "t", Key: []byte("k"), Payload: fmt.Appendf(nil, "%d-%d", p, i)})
-					if err != nil {
-						_ = x.s.Driver.Rollback(ctx, tx)
-						return err
-					}
-					return x.s.Driver.Commit(ctx, tx)
-				})
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		requireNoError(t, "enqueue", err)
-	}
-	sink := &outbox.MemorySink{}
-	r := x.relay(o, sink, nil)
-	for range producers * each {
-		if x.relayOnce(r).Claimed == 0 {
-			break
+	ids := map[string][]string{}
+	for k, ts := range topics {
+		for i, topic := range ts {
+			tx := x.begin()
+			got, err := o.EnqueueTx(ctx, tx, outbox.Message{Topic: topic, Key: []byte(k), Payload: []byte(k + strconv.Itoa(i+1))})
+			requireNoError(x.t, "EnqueueTx", err)
+			requireNoError(x.t, "commit", x.s.Driver.Commit(ctx, tx))
+			ids[k] = append(ids[k], got...)
 		}
 	}
-	requireKeyOrder(t, sink.Records(), map[string]int{"k": producers * each})
+	return ids
 }

@@ -188,3 +188,31 @@ func testOutboxUnreachableBrokerNeverParks[TTx any](t *testing.T, x *suite[TTx])
 	sink.Reject = nil
 	requireEqual(t, "published once the broker is back", x.relayOnce(r).Published, 2)
 }
+
+// countingSink counts each event id's publishes.
+type countingSink struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (s *countingSink) Publish(_ context.Context, recs []outbox.Record) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == nil {
+		s.n = map[string]int{}
+	}
+	for _, r := range recs {
+		s.n[r.Headers[outbox.HeaderEventID]]++
+	}
+	return make([]error, len(recs))
+}
+
+func (s *countingSink) counts() map[string]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]int, len(s.n))
+	for k, v := range s.n {
+		out[k] = v
+	}
+	return out
+}
