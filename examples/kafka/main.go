@@ -39,66 +39,101 @@ func main() {
 }
 
 func run(ctx context.Context, w io.Writer, databaseURL, brokers string) error {
-	var seeds []string
-	if brokers != "" {
-		seeds = strings.Split(brokers, ",")
-	} else {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-		if err != nil {
-			return err
-		}
-		defer cluster.Close()
-		seeds = cluster.ListenAddrs()
+	seeds, closeBroker, err := brokerSeeds(brokers)
+	if err != nil {
+		return err
 	}
-
+	defer closeBroker()
 	pool, err := pgxpool.New(ctx, databaseURL)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	driver, err := inboxpgx.New(pool, nil)
+	client, err := setUpStore(ctx, pool)
 	if err != nil {
 		return err
+	}
+	pending, err := publish(ctx, seeds)
+	if err != nil {
+		return err
+	}
+	if err := consume(ctx, w, seeds, client, pending); err != nil {
+		return err
+	}
+
+	var balance int64
+	if err := pool.QueryRow(ctx, `SELECT balance_cents FROM accounts WHERE id = 2`).Scan(&balance); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "balance of account 2: %d cents\n", balance)
+	return nil
+}
+
+// brokerSeeds returns the addresses of the brokers named in brokers, or of
+// a broker started in process when brokers is empty, and the function that
+// stops that broker.
+func brokerSeeds(brokers string) ([]string, func(), error) {
+	if brokers != "" {
+		return strings.Split(brokers, ","), func() {}, nil
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cluster.ListenAddrs(), cluster.Close, nil
+}
+
+// setUpStore migrates the inbox's schema, creates the application's table,
+// and returns the inbox client over the pool.
+func setUpStore(ctx context.Context, pool *pgxpool.Pool) (*inbox.Client[pgx.Tx], error) {
+	driver, err := inboxpgx.New(pool, nil)
+	if err != nil {
+		return nil, err
 	}
 	migrator, err := inboxmigrate.New(driver)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := migrator.Up(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS accounts (id bigint PRIMARY KEY, balance_cents bigint NOT NULL);
 INSERT INTO accounts VALUES (2, 0) ON CONFLICT DO NOTHING`); err != nil {
-		return err
+		return nil, err
 	}
-	client, err := inbox.NewClient(driver, nil)
-	if err != nil {
-		return err
-	}
-	credit := inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
-		var order struct {
-			Account     int64 `json:"account"`
-			AmountCents int64 `json:"amount_cents"`
-		}
-		if err := json.Unmarshal(msg.Payload, &order); err != nil {
-			return inbox.Permanent(err)
-		}
-		_, err := tx.Exec(ctx, `UPDATE accounts SET balance_cents = balance_cents + $1 WHERE id = $2`,
-			order.AmountCents, order.Account)
-		return err
-	})
+	return inbox.NewClient(driver, nil)
+}
 
-	// The producer puts its event id, a UUID, in a header. It published the
-	// first event twice (its relay retried after a lost confirmation).
+// credit is the handler: it credits an order's amount to its account, in
+// the transaction that records the event.
+var credit = inbox.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, msg inbox.Message) error {
+	var order struct {
+		Account     int64 `json:"account"`
+		AmountCents int64 `json:"amount_cents"`
+	}
+	if err := json.Unmarshal(msg.Payload, &order); err != nil {
+		return inbox.Permanent(err)
+	}
+	_, err := tx.Exec(ctx, `UPDATE accounts SET balance_cents = balance_cents + $1 WHERE id = $2`,
+		order.AmountCents, order.Account)
+	return err
+})
+
+// offset is a record's place in the topic.
+type offset struct {
+	partition int32
+	offset    int64
+}
+
+// publish is the producer: it puts its event id, a UUID, in a header. It
+// published the first event twice (its relay retried after a lost
+// confirmation). publish returns the records' offsets.
+func publish(ctx context.Context, seeds []string) (map[offset]bool, error) {
 	producer, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.DefaultProduceTopic("orders"), kgo.AllowAutoTopicCreation())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer producer.Close()
-	type offset struct {
-		partition int32
-		offset    int64
-	}
 	pending := map[offset]bool{}
 	for _, e := range []struct{ id, body string }{
 		{"0190c8e6-51a0-7b2c-9d3e-4f5a6b7c8d90", `{"account":2,"amount_cents":2500}`},
@@ -108,11 +143,15 @@ INSERT INTO accounts VALUES (2, 0) ON CONFLICT DO NOTHING`); err != nil {
 		rec := &kgo.Record{Value: []byte(e.body), Headers: []kgo.RecordHeader{{Key: "event-id", Value: []byte(e.id)}}}
 		r, err := producer.ProduceSync(ctx, rec).First()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		pending[offset{r.Partition, r.Offset}] = true
 	}
+	return pending, nil
+}
 
+// consume runs the consumer until it has processed the pending records.
+func consume(ctx context.Context, w io.Writer, seeds []string, client *inbox.Client[pgx.Tx], pending map[offset]bool) error {
 	// README: begin consumer
 	// The consumer: kgo with the options inboxkafka needs (no auto-commit),
 	// and the KeyFunc that reads the event id.
@@ -159,11 +198,5 @@ INSERT INTO accounts VALUES (2, 0) ON CONFLICT DO NOTHING`); err != nil {
 	if left > 0 {
 		return fmt.Errorf("stopped with %d of the records unprocessed: %w", left, ctx.Err())
 	}
-
-	var balance int64
-	if err := pool.QueryRow(ctx, `SELECT balance_cents FROM accounts WHERE id = 2`).Scan(&balance); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "balance of account 2: %d cents\n", balance)
 	return nil
 }

@@ -21,121 +21,147 @@ func runMigrate(ctx context.Context, e *Env, args []string) error {
 		return command.Usagef("want a subcommand: up, down, status or sql")
 	}
 	sub, args := args[0], args[1:]
-	var sf storeFlags
 	switch sub {
 	case "up":
-		fs := command.NewFlags(e, "migrate up", "migrate up [--partitioned] [flags]")
-		sf.register(fs)
-		partitioned := fs.Bool("partitioned", false, "Postgres 14+: create the inbox partitioned by day over time-ordered ids (UUIDv7), and its first partitions")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		if *partitioned {
-			sf.tables.Layout = inboxdriver.LayoutPartitioned
-		}
-		return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
-			done, err := m.Up(ctx)
-			for _, i := range done {
-				fmt.Fprintf(e.Stdout, "applied %03d_%s\n", i.Version, i.Name)
-			}
-			if err != nil {
-				return err
-			}
-			if len(done) == 0 {
-				fmt.Fprintf(e.Stdout, "up to date at version %03d\n", inboxmigrate.Latest())
-			}
-			return nil
-		})
+		return runMigrateUp(ctx, e, args)
 	case "down":
-		fs := command.NewFlags(e, "migrate down", "migrate down [--to VERSION] [--dry-run] [--force] [flags]")
-		sf.register(fs)
-		to := fs.Int("to", 0, fmt.Sprintf("revert down to this version, 0 to %d; 0 reverts all (default: one step)", inboxmigrate.Latest()))
-		dryRun := fs.Bool("dry-run", false, "print what would be reverted and the rows each dropped table holds, and change nothing")
-		force := fs.Bool("force", false, "revert even when it drops tables that hold rows (they are lost)")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		oneStep := !fs.Set("to")
-		if !oneStep && (*to < 0 || *to > inboxmigrate.Latest()) {
-			return command.Usagef("--to %d: want a version between 0 and %d", *to, inboxmigrate.Latest())
-		}
-		return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
-			target := *to
-			if oneStep {
-				cur, err := m.Current(ctx)
-				if err != nil {
-					return err
-				}
-				target = max(cur-1, 0)
-			}
-			return migrateDown(ctx, e, m, target, *dryRun, *force)
-		})
+		return runMigrateDown(ctx, e, args)
 	case "status":
-		fs := command.NewFlags(e, "migrate status", "migrate status [flags]")
-		sf.register(fs)
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
-			st, err := m.Status(ctx)
-			if err != nil {
-				return err
-			}
-			for _, i := range st {
-				state := "pending"
-				if i.Applied {
-					state = "applied"
-				}
-				fmt.Fprintf(e.Stdout, "%03d_%-20s %s\n", i.Version, i.Name, state)
-			}
-			return nil
-		})
+		return runMigrateStatus(ctx, e, args)
 	case "sql":
-		fs := command.NewFlags(e, "migrate sql", "migrate sql [--dialect D] [--format F] [--out DIR] [flags]")
-		dialect := fs.String("dialect", string(inboxdriver.DialectPostgres), "postgres, mysql or sqlite")
-		format := fs.String("format", string(inboxmigrate.FormatPlain), "plain (one script), goose, or golang-migrate")
-		out := fs.String("out", "", "write one file per migration into this directory instead of printing")
-		fs.StringVar(&sf.tables.Schema, "schema", "", "the schema that holds the inbox tables")
-		fs.StringVar(&sf.tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
-		idType := fs.String("id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
-		partitioned := fs.Bool("partitioned", false, "postgres: the inbox partitioned by day; make its partitions with 'inbox partitions premake'")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		sf.tables.IDType = inboxdriver.IDType(*idType)
-		if *partitioned {
-			sf.tables.Layout = inboxdriver.LayoutPartitioned
-		}
-		files, err := inboxmigrate.Render(inboxdriver.Dialect(*dialect), sf.tables, inboxmigrate.Format(*format))
-		if err != nil {
-			return command.Usagef("%v", err)
-		}
-		if *out == "" {
-			for i, f := range files {
-				if len(files) > 1 {
-					if i > 0 {
-						fmt.Fprintln(e.Stdout)
-					}
-					fmt.Fprintf(e.Stdout, "-- file: %s\n", f.Name)
-				}
-				fmt.Fprint(e.Stdout, f.Content)
-			}
-			return nil
-		}
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			return err
-		}
-		for _, f := range files {
-			path := filepath.Join(*out, f.Name)
-			if err := os.WriteFile(path, []byte(f.Content), 0o644); err != nil {
-				return err
-			}
-			fmt.Fprintf(e.Stdout, "wrote %s\n", path)
-		}
-		return nil
+		return runMigrateSQL(e, args)
 	default:
 		return command.Usagef("unknown subcommand %q: want up, down, status or sql", sub)
 	}
+}
+
+// runMigrateUp is 'inbox migrate up': it applies the pending migrations.
+func runMigrateUp(ctx context.Context, e *Env, args []string) error {
+	var sf storeFlags
+	fs := command.NewFlags(e, "migrate up", "migrate up [--partitioned] [flags]")
+	sf.register(fs)
+	partitioned := fs.Bool("partitioned", false, "Postgres 14+: create the inbox partitioned by day over time-ordered ids (UUIDv7), and its first partitions")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	if *partitioned {
+		sf.tables.Layout = inboxdriver.LayoutPartitioned
+	}
+	return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
+		done, err := m.Up(ctx)
+		for _, i := range done {
+			fmt.Fprintf(e.Stdout, "applied %03d_%s\n", i.Version, i.Name)
+		}
+		if err != nil {
+			return err
+		}
+		if len(done) == 0 {
+			fmt.Fprintf(e.Stdout, "up to date at version %03d\n", inboxmigrate.Latest())
+		}
+		return nil
+	})
+}
+
+// runMigrateDown is 'inbox migrate down': it reverts one step, or down to
+// --to.
+func runMigrateDown(ctx context.Context, e *Env, args []string) error {
+	var sf storeFlags
+	fs := command.NewFlags(e, "migrate down", "migrate down [--to VERSION] [--dry-run] [--force] [flags]")
+	sf.register(fs)
+	to := fs.Int("to", 0, fmt.Sprintf("revert down to this version, 0 to %d; 0 reverts all (default: one step)", inboxmigrate.Latest()))
+	dryRun := fs.Bool("dry-run", false, "print what would be reverted and the rows each dropped table holds, and change nothing")
+	force := fs.Bool("force", false, "revert even when it drops tables that hold rows (they are lost)")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	oneStep := !fs.Set("to")
+	if !oneStep && (*to < 0 || *to > inboxmigrate.Latest()) {
+		return command.Usagef("--to %d: want a version between 0 and %d", *to, inboxmigrate.Latest())
+	}
+	return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
+		target := *to
+		if oneStep {
+			cur, err := m.Current(ctx)
+			if err != nil {
+				return err
+			}
+			target = max(cur-1, 0)
+		}
+		return migrateDown(ctx, e, m, target, *dryRun, *force)
+	})
+}
+
+// runMigrateStatus is 'inbox migrate status': each migration, applied or
+// pending.
+func runMigrateStatus(ctx context.Context, e *Env, args []string) error {
+	var sf storeFlags
+	fs := command.NewFlags(e, "migrate status", "migrate status [flags]")
+	sf.register(fs)
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	return withMigrator(ctx, e, &sf, func(m *inboxmigrate.Migrator) error {
+		st, err := m.Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, i := range st {
+			state := "pending"
+			if i.Applied {
+				state = "applied"
+			}
+			fmt.Fprintf(e.Stdout, "%03d_%-20s %s\n", i.Version, i.Name, state)
+		}
+		return nil
+	})
+}
+
+// runMigrateSQL is 'inbox migrate sql': the migrations as SQL, printed or
+// written one file each into --out, without a store.
+func runMigrateSQL(e *Env, args []string) error {
+	var tables inboxdriver.Tables
+	fs := command.NewFlags(e, "migrate sql", "migrate sql [--dialect D] [--format F] [--out DIR] [flags]")
+	dialect := fs.String("dialect", string(inboxdriver.DialectPostgres), "postgres, mysql or sqlite")
+	format := fs.String("format", string(inboxmigrate.FormatPlain), "plain (one script), goose, or golang-migrate")
+	out := fs.String("out", "", "write one file per migration into this directory instead of printing")
+	fs.StringVar(&tables.Schema, "schema", "", "the schema that holds the inbox tables")
+	fs.StringVar(&tables.Inbox, "table", inboxdriver.DefaultInboxTable, "the inbox table")
+	idType := fs.String("id-type", string(inboxdriver.IDTypeUUID), "the type of the message_id column: uuid or text")
+	partitioned := fs.Bool("partitioned", false, "postgres: the inbox partitioned by day; make its partitions with 'inbox partitions premake'")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	tables.IDType = inboxdriver.IDType(*idType)
+	if *partitioned {
+		tables.Layout = inboxdriver.LayoutPartitioned
+	}
+	files, err := inboxmigrate.Render(inboxdriver.Dialect(*dialect), tables, inboxmigrate.Format(*format))
+	if err != nil {
+		return command.Usagef("%v", err)
+	}
+	if *out == "" {
+		for i, f := range files {
+			if len(files) > 1 {
+				if i > 0 {
+					fmt.Fprintln(e.Stdout)
+				}
+				fmt.Fprintf(e.Stdout, "-- file: %s\n", f.Name)
+			}
+			fmt.Fprint(e.Stdout, f.Content)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	for _, f := range files {
+		path := filepath.Join(*out, f.Name)
+		if err := os.WriteFile(path, []byte(f.Content), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.Stdout, "wrote %s\n", path)
+	}
+	return nil
 }
 
 func withMigrator(ctx context.Context, e *Env, sf *storeFlags, fn func(m *inboxmigrate.Migrator) error) error {

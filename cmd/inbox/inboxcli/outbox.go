@@ -49,129 +49,157 @@ func runOutbox(ctx context.Context, e *Env, args []string) error {
 		return command.Usagef("want a subcommand: stats, list, show, retry, park or unpark")
 	}
 	sub, args := args[0], args[1:]
-	var sf storeFlags
 	switch sub {
 	case "stats":
-		fs := command.NewFlags(e, "outbox stats", "outbox stats [--json] [flags]")
-		outboxFlags(fs, &sf)
-		asJSON := fs.Bool("json", false, "print one JSON object")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
-			st, err := outbox.ReadStats(ctx, a, time.Now())
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return json.NewEncoder(e.Stdout).Encode(outboxStatsJSON{
-					Pending: st.Pending, Parked: st.Parked, Published: st.Published,
-					OldestPending: st.OldestPending, LagSeconds: st.Lag.Seconds(),
-				})
-			}
-			fmt.Fprintf(e.Stdout, "pending    %d\nparked     %d\npublished  %d (kept)\n", st.Pending, st.Parked, st.Published)
-			if st.Pending > 0 {
-				fmt.Fprintf(e.Stdout, "lag        %s (the oldest pending event's age)\n", inbox.FormatDuration(st.Lag.Round(time.Millisecond)))
-			}
-			if st.Parked > 0 {
-				fmt.Fprintln(e.Stdout, "\nParked events wait for you: 'inbox outbox list --state parked', then 'inbox outbox unpark ID'.")
-			}
-			return nil
-		})
+		return runOutboxStats(ctx, e, args)
 	case "list":
-		fs := command.NewFlags(e, "outbox list", "outbox list [--state pending|parked|published] [--limit N] [--json] [flags]")
-		outboxFlags(fs, &sf)
-		state := fs.String("state", "", "only events in this state: pending, parked or published")
-		limit := fs.Int("limit", 50, "at most this many, oldest first")
-		asJSON := fs.Bool("json", false, "print one JSON array")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		switch inboxdriver.OutboxState(*state) {
-		case "", inboxdriver.OutboxPending, inboxdriver.OutboxParked, inboxdriver.OutboxPublished:
-		default:
-			return command.Usagef("--state %q: want pending, parked or published", *state)
-		}
-		if *limit <= 0 {
-			return command.Usagef("--limit %d: must be positive", *limit)
-		}
-		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
-			rows, err := a.OutboxList(ctx, &inboxdriver.OutboxListParams{State: inboxdriver.OutboxState(*state), Limit: *limit})
-			if err != nil {
-				return fmt.Errorf("list the outbox: %w", err)
-			}
-			if *asJSON {
-				out := make([]outboxRowJSON, 0, len(rows))
-				for _, r := range rows {
-					out = append(out, outboxJSON(r))
-				}
-				return json.NewEncoder(e.Stdout).Encode(out)
-			}
-			if len(rows) == 0 {
-				fmt.Fprintln(e.Stdout, "no events")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tREJECTIONS\tAGE\tLAST ERROR")
-			now := time.Now()
-			for _, r := range rows {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, command.Text(r.Topic), command.Text(command.Clip(string(r.Key), 24)), rowState(r), r.Attempts,
-					inbox.FormatDuration(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
-			}
-			return tw.Flush()
-		})
+		return runOutboxList(ctx, e, args)
 	case "show", "retry", "park", "unpark":
-		fs := command.NewFlags(e, "outbox "+sub, "outbox "+sub+" ID [flags]")
-		outboxFlags(fs, &sf)
-		asJSON := fs.Bool("json", false, "print one JSON object (show)")
-		if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-			args = append(args[1:], args[0])
-		}
-		if err := fs.Parse(args, 1); err != nil {
-			return err
-		}
-		if fs.NArg() != 1 {
-			return command.Usagef("want the event's id: inbox outbox %s ID", sub)
-		}
-		return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
-			id, err := outboxID(a.Tables().IDType, fs.Arg(0))
-			if err != nil {
-				return err
-			}
-			if sub == "show" {
-				r, err := a.OutboxGet(ctx, id)
-				if errors.Is(err, inboxdriver.ErrNotFound) {
-					return fmt.Errorf("no event %s in the outbox: %w", id, inbox.ErrNotFound)
-				}
-				if err != nil {
-					return fmt.Errorf("read event %s: %w", id, err)
-				}
-				if *asJSON {
-					return json.NewEncoder(e.Stdout).Encode(outboxJSON(r))
-				}
-				printOutboxRow(e, r)
-				return nil
-			}
-			action := map[string]inboxdriver.OutboxAction{
-				"retry": inboxdriver.OutboxRetryNow, "park": inboxdriver.OutboxParkRow, "unpark": inboxdriver.OutboxUnpark,
-			}[sub]
-			ok, err := a.OutboxSet(ctx, &inboxdriver.OutboxSetParams{ID: id, Action: action, Now: time.Now()})
-			if err != nil {
-				return fmt.Errorf("%s event %s: %w", sub, id, err)
-			}
-			if !ok {
-				want := map[string]string{"retry": "pending", "park": "pending", "unpark": "parked"}[sub]
-				return fmt.Errorf("no %s event %s in the outbox: %w", want, id, inbox.ErrNotFound)
-			}
-			fmt.Fprintf(e.Stdout, "%s: %s\n", map[string]string{
-				"retry": "available to the relays now", "park": "parked: no relay publishes it until you unpark it",
-				"unpark": "pending again, with a fresh budget of rejections",
-			}[sub], id)
-			return nil
-		})
+		return runOutboxEvent(ctx, e, sub, args)
 	default:
 		return command.Usagef("unknown subcommand %q: want stats, list, show, retry, park or unpark", sub)
 	}
+}
+
+// runOutboxStats is 'inbox outbox stats': the outbox's counts and lag.
+func runOutboxStats(ctx context.Context, e *Env, args []string) error {
+	var sf storeFlags
+	fs := command.NewFlags(e, "outbox stats", "outbox stats [--json] [flags]")
+	outboxFlags(fs, &sf)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+		st, err := outbox.ReadStats(ctx, a, time.Now())
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return json.NewEncoder(e.Stdout).Encode(outboxStatsJSON{
+				Pending: st.Pending, Parked: st.Parked, Published: st.Published,
+				OldestPending: st.OldestPending, LagSeconds: st.Lag.Seconds(),
+			})
+		}
+		fmt.Fprintf(e.Stdout, "pending    %d\nparked     %d\npublished  %d (kept)\n", st.Pending, st.Parked, st.Published)
+		if st.Pending > 0 {
+			fmt.Fprintf(e.Stdout, "lag        %s (the oldest pending event's age)\n", inbox.FormatDuration(st.Lag.Round(time.Millisecond)))
+		}
+		if st.Parked > 0 {
+			fmt.Fprintln(e.Stdout, "\nParked events wait for you: 'inbox outbox list --state parked', then 'inbox outbox unpark ID'.")
+		}
+		return nil
+	})
+}
+
+// runOutboxList is 'inbox outbox list': the events, oldest first.
+func runOutboxList(ctx context.Context, e *Env, args []string) error {
+	var sf storeFlags
+	fs := command.NewFlags(e, "outbox list", "outbox list [--state pending|parked|published] [--limit N] [--json] [flags]")
+	outboxFlags(fs, &sf)
+	state := fs.String("state", "", "only events in this state: pending, parked or published")
+	limit := fs.Int("limit", 50, "at most this many, oldest first")
+	asJSON := fs.Bool("json", false, "print one JSON array")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	switch inboxdriver.OutboxState(*state) {
+	case "", inboxdriver.OutboxPending, inboxdriver.OutboxParked, inboxdriver.OutboxPublished:
+	default:
+		return command.Usagef("--state %q: want pending, parked or published", *state)
+	}
+	if *limit <= 0 {
+		return command.Usagef("--limit %d: must be positive", *limit)
+	}
+	return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+		rows, err := a.OutboxList(ctx, &inboxdriver.OutboxListParams{State: inboxdriver.OutboxState(*state), Limit: *limit})
+		if err != nil {
+			return fmt.Errorf("list the outbox: %w", err)
+		}
+		if *asJSON {
+			out := make([]outboxRowJSON, 0, len(rows))
+			for _, r := range rows {
+				out = append(out, outboxJSON(r))
+			}
+			return json.NewEncoder(e.Stdout).Encode(out)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintln(e.Stdout, "no events")
+			return nil
+		}
+		tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tREJECTIONS\tAGE\tLAST ERROR")
+		now := time.Now()
+		for _, r := range rows {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, command.Text(r.Topic), command.Text(command.Clip(string(r.Key), 24)), rowState(r), r.Attempts,
+				inbox.FormatDuration(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
+		}
+		return tw.Flush()
+	})
+}
+
+// runOutboxEvent is 'inbox outbox show|retry|park|unpark ID': it prints
+// one event, or changes its state.
+func runOutboxEvent(ctx context.Context, e *Env, sub string, args []string) error {
+	var sf storeFlags
+	fs := command.NewFlags(e, "outbox "+sub, "outbox "+sub+" ID [flags]")
+	outboxFlags(fs, &sf)
+	asJSON := fs.Bool("json", false, "print one JSON object (show)")
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		args = append(args[1:], args[0])
+	}
+	if err := fs.Parse(args, 1); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return command.Usagef("want the event's id: inbox outbox %s ID", sub)
+	}
+	return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
+		id, err := outboxID(a.Tables().IDType, fs.Arg(0))
+		if err != nil {
+			return err
+		}
+		if sub == "show" {
+			return showOutboxEvent(ctx, e, a, id, *asJSON)
+		}
+		return setOutboxEvent(ctx, e, a, sub, id)
+	})
+}
+
+// showOutboxEvent prints the event id.
+func showOutboxEvent(ctx context.Context, e *Env, a inboxdriver.OutboxAdmin, id string, asJSON bool) error {
+	r, err := a.OutboxGet(ctx, id)
+	if errors.Is(err, inboxdriver.ErrNotFound) {
+		return fmt.Errorf("no event %s in the outbox: %w", id, inbox.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("read event %s: %w", id, err)
+	}
+	if asJSON {
+		return json.NewEncoder(e.Stdout).Encode(outboxJSON(r))
+	}
+	printOutboxRow(e, r)
+	return nil
+}
+
+// setOutboxEvent retries, parks or unparks the event id, as sub says.
+func setOutboxEvent(ctx context.Context, e *Env, a inboxdriver.OutboxAdmin, sub, id string) error {
+	action := map[string]inboxdriver.OutboxAction{
+		"retry": inboxdriver.OutboxRetryNow, "park": inboxdriver.OutboxParkRow, "unpark": inboxdriver.OutboxUnpark,
+	}[sub]
+	ok, err := a.OutboxSet(ctx, &inboxdriver.OutboxSetParams{ID: id, Action: action, Now: time.Now()})
+	if err != nil {
+		return fmt.Errorf("%s event %s: %w", sub, id, err)
+	}
+	if !ok {
+		want := map[string]string{"retry": "pending", "park": "pending", "unpark": "parked"}[sub]
+		return fmt.Errorf("no %s event %s in the outbox: %w", want, id, inbox.ErrNotFound)
+	}
+	fmt.Fprintf(e.Stdout, "%s: %s\n", map[string]string{
+		"retry": "available to the relays now", "park": "parked: no relay publishes it until you unpark it",
+		"unpark": "pending again, with a fresh budget of rejections",
+	}[sub], id)
+	return nil
 }
 
 // outboxID canonicalises an event id as the store's id column holds it.

@@ -32,135 +32,160 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		return command.Usagef("want a subcommand: list, premake, drop or adopt")
 	}
 	sub, args := args[0], args[1:]
-	var sf storeFlags
-	sf.tables.Layout = inboxdriver.LayoutPartitioned
 	switch sub {
 	case "list":
-		fs := command.NewFlags(e, "partitions list", "partitions list [--json] [flags]")
-		sf.register(fs)
-		asJSON := fs.Bool("json", false, "print one JSON object")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
-			st, err := c.Partitions(ctx)
-			if err != nil {
-				return err
-			}
-			if *asJSON {
-				return json.NewEncoder(e.Stdout).Encode(partitionsOut(st))
-			}
-			printPartitions(e.Stdout, st)
-			return nil
-		})
+		return runPartitionsList(ctx, e, args)
 	case "premake", "drop":
-		fs := command.NewFlags(e, "partitions "+sub, "partitions "+sub+" [--dry-run] [flags]")
-		sf.register(fs)
-		premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
-		skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
-		backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
-		retention := command.Duration{}
-		horizon := command.Duration{Value: inbox.DefaultReplayHorizon}
-		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
-		if sub == "premake" {
-			fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock; at least --max-skew (default 7d)")
-			fs.Var(&backfill, "backfill", "on an inbox with no partitions, reach this far back (default 30d)")
-		} else {
-			fs.Var(&retention, "retention", "drop the days whose ids are all older than this, by the ids' time: 30d, 36h (required)")
-			fs.Var(&horizon, "replay-horizon", "refuse a retention shorter than this plus --max-skew: the longest you will replay (default 14d)")
-		}
-		dryRun := fs.Bool("dry-run", false, "say what would be made or dropped, and change nothing")
-		if err := fs.Parse(args, 0); err != nil {
-			return err
-		}
-		if sub == "premake" {
-			if err := positive(map[string]time.Duration{"max-skew": skew.Value, "ahead": premake.Value, "backfill": backfill.Value}); err != nil {
-				return err
-			}
-			if err := aheadOfSkew(premake.Value, skew.Value); err != nil {
-				return err
-			}
-		} else {
-			if !retention.Given {
-				return command.Usagef("--retention is required")
-			}
-			if err := positive(map[string]time.Duration{"max-skew": skew.Value, "retention": retention.Value, "replay-horizon": horizon.Value}); err != nil {
-				return err
-			}
-			// A drop makes no partitions: --ahead is premake's, and
-			// only has to cover the skew for the store's checks.
-			premake.Value = max(premake.Value, skew.Value)
-		}
-		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value, Backfill: backfill.Value}
-		if err := sf.partitions.Validate(); err != nil {
-			return command.Usagef("%v", err)
-		}
-		p := inbox.MaintainPartitionsParams{Premake: sub == "premake", Drop: sub == "drop", DryRun: *dryRun}
-		// The client's own retention only has to pass its checks: a drop
-		// is refused by MaintainPartitions, which names the numbers.
-		cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(inbox.DefaultRetention, horizon.Value+skew.Value)}
-		if sub == "drop" {
-			p.Retention = retention.Value
-			if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
-				return command.Usagef("--retention %s: %s", inbox.FormatDuration(p.Retention), command.Message(err))
-			}
-		}
-		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
-			rep, err := c.MaintainPartitions(ctx, p)
-			if err != nil {
-				return err
-			}
-			printReport(e.Stdout, rep, *dryRun)
-			return nil
-		})
+		return runPartitionsMaintain(ctx, e, sub, args)
 	case "adopt":
-		fs := command.NewFlags(e, "partitions adopt", "partitions adopt [--dry-run] [--lock-timeout DURATION] [flags]")
-		sf.register(fs)
-		premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
-		skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
-		backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
-		lockTimeout := command.Duration{Value: inboxdriver.DefaultAdoptLockTimeout}
-		fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock (default 7d)")
-		fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
-		fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds: an older one is refused as expired, not skipped as a duplicate (default 31d: the retention, 30d, plus --max-skew)")
-		fs.Var(&lockTimeout, "lock-timeout", "the longest each attempt at the switch waits for the claims open on the plain table, and so the longest a claim stalls (default 1s)")
-		attempts := fs.Int("attempts", inboxdriver.DefaultAdoptAttempts, "attempts at the switch, a second apart")
-		dryRun := fs.Bool("dry-run", false, "say what would be done, and change nothing")
-		if err := fs.Parse(args, 0); err != nil {
+		return runPartitionsAdopt(ctx, e, args)
+	default:
+		return command.Usagef("unknown subcommand %q: want list, premake, drop or adopt", sub)
+	}
+}
+
+// partitionedFlags are the store flags of the partitions commands, whose
+// inbox is partitioned.
+func partitionedFlags() *storeFlags {
+	sf := &storeFlags{}
+	sf.tables.Layout = inboxdriver.LayoutPartitioned
+	return sf
+}
+
+// runPartitionsList is 'inbox partitions list'.
+func runPartitionsList(ctx context.Context, e *Env, args []string) error {
+	fs := command.NewFlags(e, "partitions list", "partitions list [--json] [flags]")
+	sf := partitionedFlags()
+	sf.register(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	return withAdmin(ctx, e, sf, nil, func(c *inbox.Admin) error {
+		st, err := c.Partitions(ctx)
+		if err != nil {
 			return err
 		}
-		if *attempts < 1 {
-			return command.Usagef("--attempts must be at least 1, got %d", *attempts)
+		if *asJSON {
+			return json.NewEncoder(e.Stdout).Encode(partitionsOut(st))
 		}
-		if err := positive(map[string]time.Duration{"max-skew": skew.Value, "ahead": premake.Value, "backfill": backfill.Value, "lock-timeout": lockTimeout.Value}); err != nil {
+		printPartitions(e.Stdout, st)
+		return nil
+	})
+}
+
+// runPartitionsMaintain is 'inbox partitions premake' and 'inbox
+// partitions drop'.
+func runPartitionsMaintain(ctx context.Context, e *Env, sub string, args []string) error {
+	fs := command.NewFlags(e, "partitions "+sub, "partitions "+sub+" [--dry-run] [flags]")
+	sf := partitionedFlags()
+	sf.register(fs)
+	premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
+	skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
+	backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
+	retention := command.Duration{}
+	horizon := command.Duration{Value: inbox.DefaultReplayHorizon}
+	fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
+	if sub == "premake" {
+		fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock; at least --max-skew (default 7d)")
+		fs.Var(&backfill, "backfill", "on an inbox with no partitions, reach this far back (default 30d)")
+	} else {
+		fs.Var(&retention, "retention", "drop the days whose ids are all older than this, by the ids' time: 30d, 36h (required)")
+		fs.Var(&horizon, "replay-horizon", "refuse a retention shorter than this plus --max-skew: the longest you will replay (default 14d)")
+	}
+	dryRun := fs.Bool("dry-run", false, "say what would be made or dropped, and change nothing")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	if sub == "premake" {
+		if err := positive(map[string]time.Duration{"max-skew": skew.Value, "ahead": premake.Value, "backfill": backfill.Value}); err != nil {
 			return err
 		}
 		if err := aheadOfSkew(premake.Value, skew.Value); err != nil {
 			return err
 		}
-		sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value}
-		if backfill.Given {
-			sf.partitions.Backfill = backfill.Value
+	} else {
+		if !retention.Given {
+			return command.Usagef("--retention is required")
 		}
-		if err := sf.partitions.Validate(); err != nil {
-			return command.Usagef("%v", err)
+		if err := positive(map[string]time.Duration{"max-skew": skew.Value, "retention": retention.Value, "replay-horizon": horizon.Value}); err != nil {
+			return err
 		}
-		cfg := &inbox.Config{ReplayHorizon: inbox.DefaultReplayHorizon, Retention: max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.Value)}
-		p := inbox.AdoptParams{LockTimeout: lockTimeout.Value, Attempts: *attempts, DryRun: *dryRun}
-		if backfill.Given {
-			p.Backfill = backfill.Value
-		}
-		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
-			rep, err := c.AdoptPlainInbox(ctx, p)
-			if err != nil {
-				return err
-			}
-			printAdopt(e.Stdout, rep, *dryRun)
-			return nil
-		})
-	default:
-		return command.Usagef("unknown subcommand %q: want list, premake, drop or adopt", sub)
+		// A drop makes no partitions: --ahead is premake's, and
+		// only has to cover the skew for the store's checks.
+		premake.Value = max(premake.Value, skew.Value)
 	}
+	sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value, Backfill: backfill.Value}
+	if err := sf.partitions.Validate(); err != nil {
+		return command.Usagef("%v", err)
+	}
+	p := inbox.MaintainPartitionsParams{Premake: sub == "premake", Drop: sub == "drop", DryRun: *dryRun}
+	// The client's own retention only has to pass its checks: a drop
+	// is refused by MaintainPartitions, which names the numbers.
+	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(inbox.DefaultRetention, horizon.Value+skew.Value)}
+	if sub == "drop" {
+		p.Retention = retention.Value
+		if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
+			return command.Usagef("--retention %s: %s", inbox.FormatDuration(p.Retention), command.Message(err))
+		}
+	}
+	return withAdmin(ctx, e, sf, cfg, func(c *inbox.Admin) error {
+		rep, err := c.MaintainPartitions(ctx, p)
+		if err != nil {
+			return err
+		}
+		printReport(e.Stdout, rep, *dryRun)
+		return nil
+	})
+}
+
+// runPartitionsAdopt is 'inbox partitions adopt'.
+func runPartitionsAdopt(ctx context.Context, e *Env, args []string) error {
+	fs := command.NewFlags(e, "partitions adopt", "partitions adopt [--dry-run] [--lock-timeout DURATION] [flags]")
+	sf := partitionedFlags()
+	sf.register(fs)
+	premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
+	skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
+	backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
+	lockTimeout := command.Duration{Value: inboxdriver.DefaultAdoptLockTimeout}
+	fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock (default 7d)")
+	fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
+	fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds: an older one is refused as expired, not skipped as a duplicate (default 31d: the retention, 30d, plus --max-skew)")
+	fs.Var(&lockTimeout, "lock-timeout", "the longest each attempt at the switch waits for the claims open on the plain table, and so the longest a claim stalls (default 1s)")
+	attempts := fs.Int("attempts", inboxdriver.DefaultAdoptAttempts, "attempts at the switch, a second apart")
+	dryRun := fs.Bool("dry-run", false, "say what would be done, and change nothing")
+	if err := fs.Parse(args, 0); err != nil {
+		return err
+	}
+	if *attempts < 1 {
+		return command.Usagef("--attempts must be at least 1, got %d", *attempts)
+	}
+	if err := positive(map[string]time.Duration{"max-skew": skew.Value, "ahead": premake.Value, "backfill": backfill.Value, "lock-timeout": lockTimeout.Value}); err != nil {
+		return err
+	}
+	if err := aheadOfSkew(premake.Value, skew.Value); err != nil {
+		return err
+	}
+	sf.partitions = inboxdriver.PartitionConfig{Premake: premake.Value, MaxSkew: skew.Value}
+	if backfill.Given {
+		sf.partitions.Backfill = backfill.Value
+	}
+	if err := sf.partitions.Validate(); err != nil {
+		return command.Usagef("%v", err)
+	}
+	cfg := &inbox.Config{ReplayHorizon: inbox.DefaultReplayHorizon, Retention: max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.Value)}
+	p := inbox.AdoptParams{LockTimeout: lockTimeout.Value, Attempts: *attempts, DryRun: *dryRun}
+	if backfill.Given {
+		p.Backfill = backfill.Value
+	}
+	return withAdmin(ctx, e, sf, cfg, func(c *inbox.Admin) error {
+		rep, err := c.AdoptPlainInbox(ctx, p)
+		if err != nil {
+			return err
+		}
+		printAdopt(e.Stdout, rep, *dryRun)
+		return nil
+	})
 }
 
 // aheadOfSkew refuses an --ahead shorter than --max-skew, naming both: an

@@ -43,13 +43,48 @@ const (
 // the claims before and after it together. The drop's detach waits for that
 // transaction to end; the claims do not wait for the detach.
 func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
+	s, err := b.setUpRetention(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s.side.Close()
+	res := &PartitionResult{Rows: b.cfg.PurgeRows, Workers: b.maxW, Partitions: len(s.state.Partitions), HoldS: b.cfg.PurgeBaseline.Seconds()}
+	if err := b.compareClaims(ctx, s, res); err != nil {
+		return nil, err
+	}
+	if err := b.compareRetention(ctx, s, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// retentionSetup is the two inboxes of the retention comparison, plain
+// and partitioned.
+type retentionSetup struct {
+	// side is the pool of the maintenance and the long transaction.
+	side                  *pgxpool.Pool
+	plainTable, partTable string
+	plainClean, partClean *retentionClient
+	// plainClaims and partClaims are the claims on each inbox.
+	plainClaims, partClaims *row
+	// state is the partitioned inbox's partitions when it was made.
+	state *inboxtype.PartitionState
+}
+
+// setUpRetention makes the side pool and the two inboxes of the retention
+// comparison. The caller closes s.side.
+func (b *bench) setUpRetention(ctx context.Context) (_ *retentionSetup, err error) {
 	pcfg := b.admin.Config().Copy()
 	pcfg.MaxConns, pcfg.MinConns = 4, 0
 	side, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
 		return nil, fmt.Errorf("bench: partitions: %w", err)
 	}
-	defer side.Close()
+	defer func() {
+		if err != nil {
+			side.Close()
+		}
+	}()
 
 	plainTables := inboxdriver.Tables{Schema: b.schema, Inbox: "retention_plain", DeadLetters: "retention_plain_dead_letters",
 		Effects: "retention_plain_effects", Migrations: "retention_plain_migrations"}
@@ -73,32 +108,39 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 			return process(ctx, c, b.pg.handler, w.next(b, 1)[0], inbox.Applied)
 		}}
 	}
-	plainClaims, partClaims := claimsOn(plain), claimsOn(part)
-	n := b.maxW
-	res := &PartitionResult{Rows: b.cfg.PurgeRows, Workers: n, Partitions: len(st.Partitions), HoldS: b.cfg.PurgeBaseline.Seconds()}
+	return &retentionSetup{
+		side:       side,
+		plainTable: b.table(plainTables.Inbox), partTable: b.table(partTables.Inbox),
+		plainClean: plainClean, partClean: partClean,
+		plainClaims: claimsOn(plain), partClaims: claimsOn(part),
+		state: st,
+	}, nil
+}
 
-	// Claims' throughput, plain against partitioned, in alternating
-	// rounds after a warm-up of each.
+// compareClaims measures claims' throughput, plain against partitioned, in
+// alternating rounds after a warm-up of each.
+func (b *bench) compareClaims(ctx context.Context, s *retentionSetup, res *PartitionResult) error {
+	n := b.maxW
 	rounds := max(5, b.cfg.IDRounds)
 	b.logf("partitions: claims on the plain inbox and on %d partitions, %d rounds of %v", res.Partitions, rounds, b.cfg.IDDuration)
-	for _, r := range []*row{plainClaims, partClaims} {
+	for _, r := range []*row{s.plainClaims, s.partClaims} {
 		if _, err := b.timed(ctx, r, n, idV7, b.cfg.Warmup+b.cfg.IDDuration/2); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	var plainRuns, partRuns []run
 	var plainCPU, partCPU usage
 	for i := range rounds {
-		order := []*row{plainClaims, partClaims}
+		order := []*row{s.plainClaims, s.partClaims}
 		if i%2 == 1 {
 			slices.Reverse(order)
 		}
 		for _, r := range order {
 			x, u, err := b.measured(ctx, r, n, idV7, b.cfg.IDDuration)
 			if err != nil {
-				return nil, err
+				return err
 			}
-			if r == plainClaims {
+			if r == s.plainClaims {
 				plainRuns = append(plainRuns, x)
 				plainCPU = addUsage(plainCPU, u, i == 0)
 			} else {
@@ -115,18 +157,22 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		res.PlainServerCPUUsPerClaim = cpuPerMsg(plainCPU.server, res.PlainClaims.Msgs)
 		res.PartitionedServerCPUUsPerClaim = cpuPerMsg(partCPU.server, res.PartitionedClaims.Msgs)
 	}
+	return nil
+}
 
+// compareRetention measures the batched delete against the drop of a day
+// partition, alone and then under load.
+func (b *bench) compareRetention(ctx context.Context, s *retentionSetup, res *PartitionResult) error {
 	// The days the drops take: the oldest partition alone, then the next
 	// dropTrials under load.
+	st := s.state
 	days := st.Partitions
 	if len(days) < 2+dropTrials {
-		return nil, fmt.Errorf("bench: partitions: want at least %d partitions, got %d", 2+dropTrials, len(days))
+		return fmt.Errorf("bench: partitions: want at least %d partitions, got %d", 2+dropTrials, len(days))
 	}
-	plainTable := b.table(plainTables.Inbox)
-	partTable := b.table(partTables.Inbox)
 	deleteOnce := func(ctx context.Context, rest float64) error {
 		cfg := &inbox.Config{PurgeBatchSize: b.cfg.PurgeBatchSize, PurgeRest: rest}
-		c, err := inbox.NewClient(plainClean.driver, cfg)
+		c, err := inbox.NewClient(s.plainClean.driver, cfg)
 		if err != nil {
 			return err
 		}
@@ -140,7 +186,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		return func(ctx context.Context, _ float64) error {
 			// Retention up to the day's end: that day, and only it, goes.
 			retention := st.Now.Sub(day.To).Truncate(time.Hour) - time.Hour
-			rep, err := partClean.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Retention: retention})
+			rep, err := s.partClean.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Retention: retention})
 			if err != nil {
 				return err
 			}
@@ -151,29 +197,30 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		}
 	}
 	fillPlain := func(ctx context.Context) error {
-		return fillTimeOrdered(ctx, b.admin, plainTable, b.cfg.PurgeRows, purgeAge)
+		return fillTimeOrdered(ctx, b.admin, s.plainTable, b.cfg.PurgeRows, purgeAge)
 	}
 	fillDay := func(day inboxtype.Partition) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
-			return fillTimeOrdered(ctx, b.admin, partTable, b.cfg.PurgeRows, time.Since(day.From.Add(time.Hour)))
+			return fillTimeOrdered(ctx, b.admin, s.partTable, b.cfg.PurgeRows, time.Since(day.From.Add(time.Hour)))
 		}
 	}
 
+	var err error
 	b.logf("partitions: batched delete of %d rows alone", b.cfg.PurgeRows)
 	if res.Delete.S, res.Delete.WALBytes, err = b.alone(ctx, fillPlain, deleteOnce); err != nil {
-		return nil, err
+		return err
 	}
 	b.logf("partitions: drop of a day of %d rows alone", b.cfg.PurgeRows)
 	if res.Drop.S, res.Drop.WALBytes, err = b.alone(ctx, fillDay(days[0]), dropOnce(days[0])); err != nil {
-		return nil, err
+		return err
 	}
 	if res.Drop.WALBytes > 0 {
 		res.WALRatio = round1(float64(res.Delete.WALBytes) / float64(res.Drop.WALBytes))
 	}
 
 	b.logf("partitions: batched delete under claims, a long transaction open")
-	if err := b.underLoad(ctx, side, plainTable, plainClaims, fillPlain, deleteOnce, &res.Delete); err != nil {
-		return nil, err
+	if err := b.underLoad(ctx, s.side, s.plainTable, s.plainClaims, fillPlain, deleteOnce, &res.Delete); err != nil {
+		return err
 	}
 	// One drop under load is a single event in a window of seconds, and
 	// the machine's drift moves a window's p99 by more than the drop does:
@@ -182,12 +229,12 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 	trials := make([]RetentionFigures, dropTrials)
 	for i := range trials {
 		b.logf("partitions: drop under claims, a long transaction open (%d of %d)", i+1, dropTrials)
-		if err := b.underLoad(ctx, side, partTable, partClaims, fillDay(days[1+i]), dropOnce(days[1+i]), &trials[i]); err != nil {
-			return nil, err
+		if err := b.underLoad(ctx, s.side, s.partTable, s.partClaims, fillDay(days[1+i]), dropOnce(days[1+i]), &trials[i]); err != nil {
+			return err
 		}
 	}
 	res.Drop = medianTrial(res.Drop, trials)
-	return res, nil
+	return nil
 }
 
 // dropTrials is how many times the partition drop is measured under load.

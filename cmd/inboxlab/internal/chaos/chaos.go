@@ -322,73 +322,135 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 	start := time.Now()
 	r := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
-	var cluster *pgcluster.Cluster
-	if cfg.Failover != "" {
-		fmt.Fprintf(cfg.Log, "chaos: starting a primary and a %sous replica\n", map[bool]string{true: "synchron", false: "asynchron"}[cfg.Failover == FailoverSync])
-		var err error
-		if cluster, err = pgcluster.Start(ctx, &pgcluster.Config{Replica: true, Synchronous: cfg.Failover == FailoverSync}); err != nil {
-			return nil, fmt.Errorf("chaos: %w", err)
+	c := &chaosRun{cfg: &cfg}
+	var err error
+	if c.cluster, err = startCluster(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	if c.cluster != nil {
+		defer c.cluster.Close()
+	}
+	if c.st, c.pg, err = openChaosStore(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	defer func() { cleaned(ctx, c.st.close()) }()
+	if c.tr, err = newTransport(ctx, &cfg); err != nil {
+		return nil, err
+	}
+	defer func() { cleaned(ctx, c.tr.close()) }()
+
+	c.events = makeEvents(&cfg, r)
+	res := &Result{Transport: cfg.Transport, Store: c.st.kind(), Events: len(c.events), Seed: cfg.Seed, KillsAt: map[string]int{},
+		DBFaults: map[string]int{}, CrashPoisonSent: cfg.CrashPoison}
+	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
+		cfg.Transport, c.st.kind(), len(c.events), cfg.Accounts, cfg.Consumers, cfg.Seed)
+
+	c.sup = newSupervisor(&cfg, consumerArgs(&cfg, c.st, c.tr), res)
+	defer func() {
+		// An interrupted run proves nothing: its consumers are killed at
+		// once rather than given stopGrace to finish.
+		grace := c.sup.stopGrace
+		if ctx.Err() != nil {
+			grace = 0
 		}
-		defer cluster.Close()
-		cfg.DatabaseURL = cluster.URL()
-		fmt.Fprintf(cfg.Log, "chaos: the store is %s\n", cfg.DatabaseURL)
+		if n := c.sup.stopAllWithin(grace); n > 0 {
+			command.Cleaned(ctx, "stopped %s", command.Count(n, "consumer", "consumers"))
+		}
+	}()
+	if err := c.sup.startAll(ctx); err != nil {
+		return nil, err
 	}
-	st, err := openStore(ctx, &cfg)
+	drainFor := drainTimeout(&cfg)
+	if err := c.underFire(ctx, r, drainFor); err != nil {
+		return nil, err
+	}
+	c.drain(ctx, drainFor, res)
+	if err := c.st.check(ctx, c.events, res); err != nil {
+		return nil, err
+	}
+	res.Elapsed = time.Since(start)
+	if cfg.Failover != "" {
+		if res.Failovers == 0 {
+			res.Problems = append(res.Problems, "the run ended before the failover")
+		}
+		res.Cause = failoverCause(cfg.Failover, res.Lost)
+	}
+	res.Reason = res.failure()
+	res.OK = res.Reason == ""
+	return res, nil
+}
+
+// chaosRun is what a run has set up: the store, the transport, the
+// consumers' supervisor, the events, and the cluster of a failover run.
+type chaosRun struct {
+	cfg     *Config
+	cluster *pgcluster.Cluster // nil unless cfg.Failover
+	st      store
+	pg      *pgStore // st, when it is Postgres
+	tr      *transport
+	sup     *supervisor
+	events  []event
+}
+
+// startCluster starts the primary and replica of a failover run, and
+// points cfg at the primary; it returns nil when cfg asks for no failover.
+func startCluster(ctx context.Context, cfg *Config) (*pgcluster.Cluster, error) {
+	if cfg.Failover == "" {
+		return nil, nil
+	}
+	fmt.Fprintf(cfg.Log, "chaos: starting a primary and a %sous replica\n", map[bool]string{true: "synchron", false: "asynchron"}[cfg.Failover == FailoverSync])
+	cluster, err := pgcluster.Start(ctx, &pgcluster.Config{Replica: true, Synchronous: cfg.Failover == FailoverSync})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	defer func() { cleaned(ctx, st.close()) }()
+	cfg.DatabaseURL = cluster.URL()
+	fmt.Fprintf(cfg.Log, "chaos: the store is %s\n", cfg.DatabaseURL)
+	return cluster, nil
+}
+
+// openChaosStore opens and sets up the store, and returns it with its
+// Postgres self, if it is one. It drops the database faults that cfg asked
+// for by default when the store cannot inject them.
+func openChaosStore(ctx context.Context, cfg *Config) (_ store, _ *pgStore, err error) {
+	st, err := openStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			cleaned(ctx, st.close())
+		}
+	}()
 	if err := st.setup(ctx, cfg.Accounts); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pg, _ := st.(*pgStore)
 	if len(cfg.DBFaults) > 0 {
 		if pg == nil {
-			return nil, fmt.Errorf("chaos: database faults need Postgres, not %s", st.kind())
+			return nil, nil, fmt.Errorf("chaos: database faults need Postgres, not %s", st.kind())
 		}
 		switch err := pg.consumerRole(ctx); {
 		case errors.Is(err, errNotSuperuser) && cfg.dbFaultsByDefault:
 			fmt.Fprintf(cfg.Log, "chaos: no database faults: %v\n", err)
 			cfg.DBFaults = nil
 		case err != nil:
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	tr, err := newTransport(ctx, &cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { cleaned(ctx, tr.close()) }()
+	return st, pg, nil
+}
 
-	events := makeEvents(&cfg, r)
-	res := &Result{Transport: cfg.Transport, Store: st.kind(), Events: len(events), Seed: cfg.Seed, KillsAt: map[string]int{},
-		DBFaults: map[string]int{}, CrashPoisonSent: cfg.CrashPoison}
-	fmt.Fprintf(cfg.Log, "chaos: %s over %s, %d events to %d accounts, %d consumers, seed %d\n",
-		cfg.Transport, st.kind(), len(events), cfg.Accounts, cfg.Consumers, cfg.Seed)
-
-	sup := newSupervisor(&cfg, consumerArgs(&cfg, st, tr), res)
-	defer func() {
-		// An interrupted run proves nothing: its consumers are killed at
-		// once rather than given stopGrace to finish.
-		grace := sup.stopGrace
-		if ctx.Err() != nil {
-			grace = 0
-		}
-		if n := sup.stopAllWithin(grace); n > 0 {
-			command.Cleaned(ctx, "stopped %s", command.Count(n, "consumer", "consumers"))
-		}
-	}()
-	if err := sup.startAll(ctx); err != nil {
-		return nil, err
-	}
-	drainFor := drainTimeout(&cfg)
+// underFire produces the events while the consumers are killed, the
+// database faulted and the primary failed over, for the run's duration.
+func (c *chaosRun) underFire(ctx context.Context, r *rand.Rand, drainFor time.Duration) error {
+	cfg, sup := c.cfg, c.sup
 	// The producer is done by four fifths of the duration unless sends
 	// are very slow; it is given up on after a drain's time more.
 	produceCtx, stopProducing := context.WithTimeout(ctx, cfg.Duration+drainFor)
 	defer stopProducing()
 	produced := make(chan error, 1)
 	produceSeed := r.Uint64()
-	go func() { produced <- produce(produceCtx, tr, events, cfg.Duration*4/5, produceSeed) }()
+	go func() { produced <- produce(produceCtx, c.tr, c.events, cfg.Duration*4/5, produceSeed) }()
 
 	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
 	defer endChaos()
@@ -397,13 +459,13 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	dbFaultSeed := r.Uint64()
 	go func() {
 		defer close(dbFaultsDone)
-		injectDBFaults(chaosCtx, &cfg, pg, rand.New(rand.NewPCG(dbFaultSeed, dbFaultSeed^0x9e3779b97f4a7c15)), sup.count)
+		injectDBFaults(chaosCtx, cfg, c.pg, rand.New(rand.NewPCG(dbFaultSeed, dbFaultSeed^0x9e3779b97f4a7c15)), sup.count)
 	}()
 	failedOver := make(chan struct{})
 	go func() {
 		defer close(failedOver)
-		if cluster != nil {
-			failover(chaosCtx, &cfg, cluster, sup)
+		if c.cluster != nil {
+			failover(chaosCtx, cfg, c.cluster, sup)
 		}
 	}()
 	// Faults go on for the whole duration, including after the last event
@@ -411,7 +473,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	// producer ends the phase early.
 	var produceErr error
 	producing := true
-	sup.chaos(chaosCtx, r, st, tr, func() bool {
+	sup.chaos(chaosCtx, r, c.st, c.tr, func() bool {
 		if producing {
 			select {
 			case produceErr = <-produced:
@@ -428,15 +490,18 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	<-dbFaultsDone // every fault restored
 	<-failedOver   // the replica promoted, or the failover given up on
 	if produceErr != nil {
-		return nil, fmt.Errorf("chaos: produce: %w", produceErr)
+		return fmt.Errorf("chaos: produce: %w", produceErr)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	return ctx.Err()
+}
 
-	// Drain without faults, bounded.
+// drain lets the consumers finish without faults, until every event is
+// applied or dead-lettered or nothing more is for drainFor, then stops
+// them. A drain that stalls is one of res's problems.
+func (c *chaosRun) drain(ctx context.Context, drainFor time.Duration, res *Result) {
+	cfg, st, events := c.cfg, c.st, c.events
 	fmt.Fprintf(cfg.Log, "chaos: draining without faults, until nothing more is applied for %v\n", drainFor)
-	tr.calm()
+	c.tr.calm()
 	progress := time.Now()
 	drained := func(ctx context.Context) (bool, int) {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -456,23 +521,10 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		}
 		return err == nil && n >= len(events)-cfg.CrashPoison && len(dead) >= cfg.CrashPoison, n + len(dead)
 	}
-	if err := sup.drain(ctx, drainFor, drained); err != nil {
+	if err := c.sup.drain(ctx, drainFor, drained); err != nil {
 		res.Problems = append(res.Problems, err.Error())
 	}
-	sup.stopAll()
-	if err := st.check(ctx, events, res); err != nil {
-		return nil, err
-	}
-	res.Elapsed = time.Since(start)
-	if cfg.Failover != "" {
-		if res.Failovers == 0 {
-			res.Problems = append(res.Problems, "the run ended before the failover")
-		}
-		res.Cause = failoverCause(cfg.Failover, res.Lost)
-	}
-	res.Reason = res.failure()
-	res.OK = res.Reason == ""
-	return res, nil
+	c.sup.stopAll()
 }
 
 // cleaned records what a cleanup said, for the line of an interrupted run.

@@ -213,17 +213,11 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	// The children log in as a role of the run, on which the database
 	// faults act.
 	childURL := cfg.DatabaseURL
-	var role *dbchaos.Role
-	if len(cfg.DBFaults) > 0 {
-		q := pgx.Identifier{schema}.Sanitize()
-		role, err = dbchaos.CreateRole(ctx, pool, cfg.DatabaseURL, schema+"_app", []string{
-			`GRANT USAGE ON SCHEMA ` + q,
-			`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + q,
-			`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA ` + q,
-		})
-		if err != nil {
-			return nil, err
-		}
+	role, err := childRole(ctx, &cfg, pool, schema)
+	if err != nil {
+		return nil, err
+	}
+	if role != nil {
 		defer func() { cleaned(ctx, "role", role.Name, role.Drop(context.WithoutCancel(ctx))) }()
 		childURL = role.URL
 	}
@@ -252,110 +246,166 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 
 	fmt.Fprintf(cfg.Log, "chaos-outbox: %d producers, %d relays, %d consumers for %v\n", cfg.Producers, cfg.Relays, cfg.Consumers, cfg.Duration)
 	sv.setFaults(true)
-	for role, n := range map[string]int{roleProducer: cfg.Producers, roleRelay: cfg.Relays, roleConsumer: cfg.Consumers} {
-		for slot := range n {
-			if err := sv.start(ctx, role, slot); err != nil {
-				return nil, err
-			}
-		}
+	if err := sv.startRoles(ctx, map[string]int{roleProducer: cfg.Producers, roleRelay: cfg.Relays, roleConsumer: cfg.Consumers}); err != nil {
+		return nil, err
 	}
 	res := &Result{DBFaults: map[string]int{}}
-	// The database faults go on beside the kills, for the same time.
-	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
-	defer endChaos()
-	faultsDone := make(chan struct{})
-	// faultErr is the first fault that could not be injected or restored,
-	// and faultErrs how many there were.
-	var faultErr error
-	faultErrs := 0
-	go func() {
-		defer close(faultsDone)
-		if role == nil {
-			return
-		}
-		sched := &dbchaos.Schedule{
-			Kinds: cfg.DBFaults, Role: role, Pool: pool,
-			// The first fault comes within the first three eighths of a
-			// short run.
-			Every: min(dbchaos.Every, cfg.Duration/4),
-			Table: func(i int, _ dbfault.Kind) string {
-				if (i/len(cfg.DBFaults))%2 == 0 {
-					return pgx.Identifier{schema, "outbox"}.Sanitize()
-				}
-				return pgx.Identifier{schema, "inbox"}.Sanitize()
-			},
-			Log: cfg.Log, Prefix: "chaos-outbox",
-			Injected: func(k dbfault.Kind) { sv.count(func() { res.DBFaults[string(k)]++ }) },
-			Failed: func(err error) {
-				fmt.Fprintln(cfg.Log, err)
-				sv.count(func() {
-					if faultErrs++; faultErr == nil {
-						faultErr = err
-					}
-				})
-			},
-		}
-		sched.Run(chaosCtx, rand.New(rand.NewPCG(cfg.Seed, 0xdbfa)))
-	}()
-	// The chaos phase: a kill about every second, and the children's
-	// database sessions terminated about every third.
-	dbRand := rand.New(rand.NewPCG(cfg.Seed, 0xdb))
-	tick := time.NewTicker(time.Second)
-	err = func() error {
-		defer tick.Stop()
-		for n := 1; ; n++ {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-chaosCtx.Done():
-				return nil
-			case <-tick.C:
-				sv.killRandom()
-			}
-			if role != nil && n%3 == 0 {
-				if k, err := role.Terminate(chaosCtx, dbRand); err != nil && chaosCtx.Err() == nil {
-					fmt.Fprintf(cfg.Log, "chaos-outbox: terminate database sessions: %v\n", err)
-				} else if k > 0 {
-					sv.count(func() { res.DBKills += k })
-					fmt.Fprintf(cfg.Log, "chaos-outbox: terminated %d database sessions\n", k)
-				}
-			}
-			if err := sv.failed(); err != nil {
+	if err := underFire(ctx, &cfg, pool, schema, role, sv, res); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Log, "chaos-outbox: chaos over after %v; draining\n", time.Since(start).Round(time.Millisecond))
+	if err := drain(ctx, &cfg, pool, schema, sv); err != nil {
+		return nil, err
+	}
+	if err := tally(ctx, &cfg, pool, schema, topic, sv, res); err != nil {
+		return nil, err
+	}
+	res.DurationS = time.Since(start).Seconds()
+	fmt.Fprintf(cfg.Log, "chaos-outbox: done in %v\n", time.Since(start).Round(time.Millisecond))
+	return res, nil
+}
+
+// childRole creates the role the children log in as, on which the database
+// faults act; it returns nil when cfg asks for no database faults.
+func childRole(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string) (*dbchaos.Role, error) {
+	if len(cfg.DBFaults) == 0 {
+		return nil, nil
+	}
+	q := pgx.Identifier{schema}.Sanitize()
+	return dbchaos.CreateRole(ctx, pool, cfg.DatabaseURL, schema+"_app", []string{
+		`GRANT USAGE ON SCHEMA ` + q,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + q,
+		`GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA ` + q,
+	})
+}
+
+// startRoles starts n children of each role.
+func (s *supervisor) startRoles(ctx context.Context, n map[string]int) error {
+	for role, n := range n {
+		for slot := range n {
+			if err := s.start(ctx, role, slot); err != nil {
 				return err
 			}
 		}
-	}()
+	}
+	return nil
+}
+
+// underFire is the chaos phase, for cfg.Duration: a kill about every
+// second, the children's database sessions terminated about every third,
+// and the database faults beside them. It returns when every fault is
+// restored.
+func underFire(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string, role *dbchaos.Role, sv *supervisor, res *Result) error {
+	chaosCtx, endChaos := context.WithTimeout(ctx, cfg.Duration)
+	defer endChaos()
+	faultsDone := make(chan error, 1)
+	go func() { faultsDone <- injectFaults(chaosCtx, cfg, pool, schema, role, sv, res) }()
+	err := killEverySecond(ctx, chaosCtx, cfg, role, sv, res)
 	endChaos()
-	<-faultsDone // every fault restored
+	faultErr := <-faultsDone // every fault restored
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if faultErr != nil {
-		return nil, fmt.Errorf("%w (%d database faults failed)", faultErr, faultErrs)
+	return faultErr
+}
+
+// injectFaults runs the database faults on role's sessions until ctx ends,
+// alternating between the outbox and the inbox. It returns the first fault
+// that could not be injected or restored, with how many there were.
+func injectFaults(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string, role *dbchaos.Role, sv *supervisor, res *Result) error {
+	if role == nil {
+		return nil
 	}
-	// The drain: no more orders, no more faults.
-	fmt.Fprintf(cfg.Log, "chaos-outbox: chaos over after %v; draining\n", time.Since(start).Round(time.Millisecond))
+	var faultErr error
+	faultErrs := 0
+	sched := &dbchaos.Schedule{
+		Kinds: cfg.DBFaults, Role: role, Pool: pool,
+		// The first fault comes within the first three eighths of a
+		// short run.
+		Every: min(dbchaos.Every, cfg.Duration/4),
+		Table: func(i int, _ dbfault.Kind) string {
+			if (i/len(cfg.DBFaults))%2 == 0 {
+				return pgx.Identifier{schema, "outbox"}.Sanitize()
+			}
+			return pgx.Identifier{schema, "inbox"}.Sanitize()
+		},
+		Log: cfg.Log, Prefix: "chaos-outbox",
+		Injected: func(k dbfault.Kind) { sv.count(func() { res.DBFaults[string(k)]++ }) },
+		Failed: func(err error) {
+			fmt.Fprintln(cfg.Log, err)
+			sv.count(func() {
+				if faultErrs++; faultErr == nil {
+					faultErr = err
+				}
+			})
+		},
+	}
+	sched.Run(ctx, rand.New(rand.NewPCG(cfg.Seed, 0xdbfa)))
+	var err error
+	sv.count(func() {
+		if faultErr != nil {
+			err = fmt.Errorf("%w (%d database faults failed)", faultErr, faultErrs)
+		}
+	})
+	return err
+}
+
+// killEverySecond kills a random child about every second, and terminates
+// the children's database sessions about every third, until chaosCtx ends.
+func killEverySecond(ctx, chaosCtx context.Context, cfg *Config, role *dbchaos.Role, sv *supervisor, res *Result) error {
+	dbRand := rand.New(rand.NewPCG(cfg.Seed, 0xdb))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-chaosCtx.Done():
+			return nil
+		case <-tick.C:
+			sv.killRandom()
+		}
+		if role != nil && n%3 == 0 {
+			if k, err := role.Terminate(chaosCtx, dbRand); err != nil && chaosCtx.Err() == nil {
+				fmt.Fprintf(cfg.Log, "chaos-outbox: terminate database sessions: %v\n", err)
+			} else if k > 0 {
+				sv.count(func() { res.DBKills += k })
+				fmt.Fprintf(cfg.Log, "chaos-outbox: terminated %d database sessions\n", k)
+			}
+		}
+		if err := sv.failed(); err != nil {
+			return err
+		}
+	}
+}
+
+// drain stops the producers and the faults, restarts the relays and the
+// consumers, and waits until they have drained the outbox; then it stops
+// them.
+func drain(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string, sv *supervisor) error {
 	sv.stopRole(roleProducer)
 	sv.setFaults(false)
 	sv.stopRole(roleRelay)
 	sv.stopRole(roleConsumer)
-	for role, n := range map[string]int{roleRelay: cfg.Relays, roleConsumer: cfg.Consumers} {
-		for slot := range n {
-			if err := sv.start(ctx, role, slot); err != nil {
-				return nil, err
-			}
-		}
+	if err := sv.startRoles(ctx, map[string]int{roleRelay: cfg.Relays, roleConsumer: cfg.Consumers}); err != nil {
+		return err
 	}
 	if err := waitDrained(ctx, pool, schema, sv); err != nil {
-		return nil, err
+		return err
 	}
 	sv.stopAll(false)
+	return nil
+}
+
+// tally checks the invariants into res, counts the records on the topic
+// and the kills, and says whether the run is OK.
+func tally(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string, topic broker.Topic, sv *supervisor, res *Result) error {
 	if err := check(ctx, pool, schema, res); err != nil {
-		return nil, err
+		return err
 	}
 	records, err := topic.Stored(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("outboxchaos: %w", err)
+		return fmt.Errorf("outboxchaos: %w", err)
 	}
 	res.Records = int64(records)
 	res.Republished = res.Records - res.Orders
@@ -366,9 +416,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 	res.OK = res.Missing == 0 && res.Orphans == 0 && res.DoubleApplied == 0 && res.OutOfOrder == 0 &&
 		(injected > 0 || len(cfg.DBFaults) == 0)
-	res.DurationS = time.Since(start).Seconds()
-	fmt.Fprintf(cfg.Log, "chaos-outbox: done in %v\n", time.Since(start).Round(time.Millisecond))
-	return res, nil
+	return nil
 }
 
 // setup creates the schema, the inbox and outbox tables, the orders and
