@@ -145,13 +145,18 @@ func Message(err error) string {
 var packagePrefix = regexp.MustCompile(`(^|: )inbox: `)
 
 // UsageError is a mistake in the command line. It exits with status 2.
-type UsageError struct{ msg string }
+type UsageError struct{ err error }
 
-func (e *UsageError) Error() string { return e.msg }
+func (e *UsageError) Error() string { return e.err.Error() }
 
-// Usagef returns a UsageError.
+// Unwrap returns the error Usagef made, which wraps the errors its %w
+// verbs named.
+func (e *UsageError) Unwrap() error { return e.err }
+
+// Usagef returns a UsageError, formatted as fmt.Errorf formats: a %w verb
+// keeps its error in the chain, for errors.Is and errors.As.
 func Usagef(format string, args ...any) error {
-	return &UsageError{msg: fmt.Sprintf(format, args...)}
+	return &UsageError{err: fmt.Errorf(format, args...)}
 }
 
 // OneLine folds an error onto one line, and says a line that repeats
