@@ -94,11 +94,11 @@ func TestZeroOrInconsistentWindowsNameTheFlag(t *testing.T) {
 	}{
 		{[]string{"purge", "--older-than", "0s", "--replay-horizon", "0s"}, "--older-than 0s: must be positive"},
 		{[]string{"purge", "--older-than", "30d", "--replay-horizon", "0d"}, "--replay-horizon 0s: must be positive"},
-		{[]string{"purge", "--older-than", "13d"}, "--older-than 13d: purge of rows older than 13d refused: the replay horizon is 14d"},
+		{[]string{"purge", "--older-than", "13d"}, "--older-than 13d: refused: the replay horizon is 14d"},
 		{[]string{"partitions", "drop", "--retention", "0s", "--replay-horizon", "0s", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
 		{[]string{"partitions", "drop", "--retention", "0s"}, "--retention 0s: must be positive"},
 		{[]string{"partitions", "drop", "--retention", "30d", "--replay-horizon", "0s"}, "--replay-horizon 0s: must be positive"},
-		{[]string{"partitions", "drop", "--retention", "20d", "--max-skew", "8d"}, "--retention 20d: a retention of 20d is shorter than the replay horizon 14d plus the producers' clock skew 8d"},
+		{[]string{"partitions", "drop", "--retention", "20d", "--max-skew", "8d"}, "--retention 20d: shorter than the replay horizon 14d plus the producers' clock skew 8d (--max-skew)"},
 		{[]string{"partitions", "premake", "--ahead", "0s"}, "--ahead 0s: must be positive"},
 		{[]string{"partitions", "premake", "--ahead", "2d", "--max-skew", "3d"}, "--ahead 2d is shorter than --max-skew 3d"},
 		{[]string{"partitions", "adopt", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},

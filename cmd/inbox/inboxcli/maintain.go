@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,7 +49,8 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	// A window inside the replay horizon is refused before any database
 	// is reached, as the other mistakes of the command line are.
 	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
-		return command.Usagef("--older-than %s: %s", inbox.FormatDuration(olderThan.Value), command.Message(err))
+		return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--older-than %s: refused: the replay horizon is %s, and a replayed message inside it would look new and be applied again",
+			inbox.FormatDuration(olderThan.Value), inbox.FormatDuration(horizon.Value)), err: err})
 	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
@@ -151,7 +153,7 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 		// The id is checked against the store's id column, once read.
 		if _, err := c.Config().IDFormat.CanonicalID(*id); err != nil {
-			return command.Usagef("--id: %v", err)
+			return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--id %q: not a %s, as the store's ids are", *id, strings.ToUpper(c.Config().IDFormat.String())), err: err})
 		}
 		// Say what it deletes: with --dry-run, instead.
 		n, err := c.ForgetCount(ctx, *consumer, *id)

@@ -74,21 +74,22 @@ func (s *store) explain(ctx context.Context, err error) error {
 	if m, merr := inboxmigrate.New(s.admin); merr == nil {
 		// The migrator's own words, which 'inbox migrate' and doctor say.
 		if terr := m.CheckTables(ctx); errors.Is(terr, inboxmigrate.ErrTablesMissing) {
-			return &missingTablesError{msg: fmt.Sprintf("%s: %s (--schema)", in, command.Message(terr)), err: err}
+			return &saidError{msg: fmt.Sprintf("%s: %s (--schema)", in, command.Message(terr)), err: err}
 		}
 	}
-	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.Message(cause(err))), err: err}
+	return &saidError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.Message(cause(err))), err: err}
 }
 
-// missingTablesError is an error that store.explain rewrote. It keeps the
-// store's error for errors.Is and errors.As.
-type missingTablesError struct {
+// saidError is an error a command says in its own words, for an error of
+// the store or of the root package whose meaning (its sentinel) it knows.
+// It keeps that error for errors.Is and errors.As.
+type saidError struct {
 	msg string
 	err error
 }
 
-func (e *missingTablesError) Error() string { return e.msg }
-func (e *missingTablesError) Unwrap() error { return e.err }
+func (e *saidError) Error() string { return e.msg }
+func (e *saidError) Unwrap() error { return e.err }
 
 // notMigrated reports whether err, which is not nil, says that a table or
 // a column the store needs is missing: the store's Classify says so, for
