@@ -171,8 +171,11 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 				return deadLetterErr(id, err)
 			}
 			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id, DryRun: *dryRun})
+			if errors.Is(err, inbox.ErrNoMessageID) {
+				return &saidError{msg: fmt.Sprintf("dead letter %d (reason %s) cannot be replayed: its message has no id: fix the producer and publish it again", id, command.Text(d.Reason)), err: err}
+			}
 			if err != nil {
-				return err
+				return deadLetterErr(id, err)
 			}
 			if marked == 0 {
 				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, command.Text(d.Consumer))
