@@ -200,7 +200,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", recent}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
-	require.Contains(t, stderr, "not found")
+	require.Equal(t, "inbox forget: billing/"+recent+": not found: no inbox row and no effect-ledger entry\n", stderr)
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", "nope"}, db...)...)
 	require.Equal(t, 2, code, "a malformed id is a usage mistake")
 	require.Contains(t, stderr, "not a UUID")

@@ -172,7 +172,7 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 			}
 			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id, DryRun: *dryRun})
 			if errors.Is(err, inbox.ErrNoMessageID) {
-				return &saidError{msg: fmt.Sprintf("dead letter %d (reason %s) cannot be replayed: its message has no id: fix the producer and publish it again", id, command.Text(d.Reason)), err: err}
+				return &saidError{msg: fmt.Sprintf("dead letter %d (reason %s) cannot be replayed: its message has no id: fix the producer and publish it again", id, d.Reason), err: err}
 			}
 			if err != nil {
 				return deadLetterErr(id, err)

@@ -3,6 +3,7 @@ package inboxcli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -158,7 +159,7 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 		// Say what it deletes: with --dry-run, instead.
 		n, err := c.ForgetCount(ctx, *consumer, *id)
 		if err != nil {
-			return err
+			return forgetErr(*consumer, *id, err)
 		}
 		what := fmt.Sprintf("%s of %s/%s", command.Count(n.InboxRows, "inbox row", "inbox rows"), *consumer, *id)
 		if n.Effects > 0 {
@@ -169,11 +170,20 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 			return nil
 		}
 		if err := c.Forget(ctx, *consumer, *id); err != nil {
-			return err
+			return forgetErr(*consumer, *id, err)
 		}
 		fmt.Fprintf(e.Stdout, "deleted %s: its next delivery applies again\n", what)
 		return nil
 	})
+}
+
+// forgetErr says that there is nothing to forget of consumer's message id,
+// or returns err.
+func forgetErr(consumer, id string, err error) error {
+	if errors.Is(err, inbox.ErrNotFound) {
+		return &saidError{msg: fmt.Sprintf("%s/%s: not found: no inbox row and no effect-ledger entry", consumer, id), err: err}
+	}
+	return err
 }
 
 // statsJSON is the contract of 'inbox stats --json'.
