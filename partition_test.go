@@ -79,4 +79,5 @@ func TestPartitionRetentionGuard(t *testing.T) {
 	err := CheckPartitionRetention(14*day+day/2, 14*day, day)
 	require.ErrorIs(t, err, ErrWindowTooShort)
 	require.ErrorContains(t, err, "14d12h")
+	require.Equal(t, 1, strings.Count(err.Error(), "inbox: "), "said once: %v", err)
 }

@@ -390,9 +390,10 @@ type errorJSON struct {
 	Status int    `json:"status"`
 }
 
-// fail answers with an error page or JSON.
+// fail answers with an error page or JSON, which say err as errorText
+// does.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
-	msg := strings.ReplaceAll(err.Error(), "inbox: ", "")
+	msg := errorText(err)
 	if status >= 500 {
 		h.log.ErrorContext(r.Context(), "inboxadmin: request failed", "path", r.URL.Path, "err", err)
 	}
@@ -403,12 +404,34 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err e
 	h.html(w, r, status, "error", &page{Title: http.StatusText(status), Error: msg})
 }
 
+// errorText is what the page says of err. An error whose meaning the page
+// knows, by its sentinel, it says in its own words; any other it shows
+// whole, as the package that returned it worded it.
+func errorText(err error) string {
+	switch {
+	case errors.Is(err, inbox.ErrNoOutbox):
+		return "the store keeps no outbox"
+	case errors.Is(err, inbox.ErrEffectsUnsupported):
+		return "the store keeps no effects ledger"
+	case errors.Is(err, inbox.ErrReplayUnsupported):
+		return "the store keeps no replay requests"
+	case errors.Is(err, ErrUnsupported):
+		return "the store does not keep this"
+	case errors.Is(err, inbox.ErrNotFound):
+		return "not found: it may have been replayed or deleted since the page that linked here was shown"
+	case errors.Is(err, context.Canceled):
+		return "the request was cancelled"
+	}
+	return err.Error()
+}
+
 // storeErr answers a store's error with the status it means.
 func (h *Handler) storeErr(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, inbox.ErrNotFound):
 		h.fail(w, r, http.StatusNotFound, err)
-	case errors.Is(err, ErrUnsupported):
+	case errors.Is(err, ErrUnsupported), errors.Is(err, inbox.ErrNoOutbox),
+		errors.Is(err, inbox.ErrEffectsUnsupported), errors.Is(err, inbox.ErrReplayUnsupported):
 		h.fail(w, r, http.StatusNotImplemented, err)
 	case errors.Is(err, inbox.ErrMalformedID), errors.Is(err, inbox.ErrNoMessageID), errors.Is(err, inbox.ErrInvalidConsumer), errors.Is(err, inbox.ErrInvalidStep):
 		h.fail(w, r, http.StatusBadRequest, err)

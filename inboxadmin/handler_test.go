@@ -3,6 +3,7 @@ package inboxadmin_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxadmin"
+	"github.com/txinbox/inbox/inboxdriver"
 )
 
 // client is an HTTP client that does not follow redirects, so that a
@@ -345,4 +347,53 @@ func decode[T any](t *testing.T, b []byte) T {
 	var v T
 	require.NoError(t, json.Unmarshal(b, &v), string(b))
 	return v
+}
+
+// failingOutbox is an Outbox whose every read fails with err.
+type failingOutbox struct{ err error }
+
+func (o failingOutbox) OutboxStats(context.Context) (*inbox.OutboxStats, error) { return nil, o.err }
+func (o failingOutbox) OutboxList(context.Context, string, int) ([]*inboxdriver.OutboxRow, error) {
+	return nil, o.err
+}
+func (o failingOutbox) OutboxGet(context.Context, string) (*inboxdriver.OutboxRow, error) {
+	return nil, o.err
+}
+func (o failingOutbox) OutboxSet(context.Context, string, string) (bool, error) { return false, o.err }
+
+// The page says an error it knows by its meaning in its own words, and
+// shows any other as its package worded it.
+func TestErrorText(t *testing.T) {
+	t.Parallel()
+	s := sqlite(t).store
+	serve := func(ob inboxadmin.Outbox, path string) *httptest.ResponseRecorder {
+		h, err := inboxadmin.NewHandler(s, &inboxadmin.Config{Outbox: ob})
+		require.NoError(t, err)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://localhost"+path, nil))
+		return rec
+	}
+
+	rec := serve(nil, "/deadletters/987654321?format=json")
+	require.Equal(t, http.StatusNotFound, rec.Code)
+	answer := decode[struct{ Error string }](t, rec.Body.Bytes())
+	require.Equal(t, "not found: it may have been replayed or deleted since the page that linked here was shown", answer.Error)
+
+	for _, c := range []struct {
+		err    error
+		status int
+		want   string
+	}{
+		{fmt.Errorf("read: %w", inbox.ErrNoOutbox), http.StatusNotImplemented, "the store keeps no outbox"},
+		{errors.New("inbox: outbox stats: store unavailable: dial tcp: connection refused"), http.StatusInternalServerError,
+			"inbox: outbox stats: store unavailable: dial tcp: connection refused"},
+	} {
+		rec = serve(failingOutbox{c.err}, "/?format=json")
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		require.Equal(t, c.want, decode[inboxadmin.OverviewJSON](t, rec.Body.Bytes()).OutboxError)
+
+		rec = serve(failingOutbox{c.err}, "/outbox/x?format=json")
+		require.Equal(t, c.status, rec.Code)
+		require.Equal(t, c.want, decode[struct{ Error string }](t, rec.Body.Bytes()).Error)
+	}
 }

@@ -144,7 +144,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 	if h.cfg.Outbox != nil {
 		obs, err := h.cfg.Outbox.OutboxStats(ctx)
 		if err != nil {
-			out.OutboxError = strings.ReplaceAll(err.Error(), "inbox: ", "")
+			out.OutboxError = errorText(err)
 		} else {
 			out.Outbox = outboxJSON(obs)
 		}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -772,7 +771,7 @@ func encodeOutboxHeaders(h map[string]string) (string, error) {
 	}
 	b, err := json.Marshal(h)
 	if err != nil {
-		return "", errors.New("inboxsql: encode headers: " + err.Error())
+		return "", fmt.Errorf("inboxsql: encode headers: %w", err)
 	}
 	return string(b), nil
 }

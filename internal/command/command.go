@@ -13,7 +13,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -102,10 +101,9 @@ func (p *Program) Main(ctx context.Context, args []string, e *Env) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		// The packages under a command prefix their errors with their own
-		// name ("chaos: …", "inbox: …"): the line says it once.
-		msg := Message(err)
-		msg = strings.TrimPrefix(msg, name+": ")
+		// The lab's packages prefix their errors with their own name
+		// ("chaos: …"), which is the command's: the line says it once.
+		msg := strings.TrimPrefix(Message(err), name+": ")
 		fmt.Fprintf(e.Stderr, "%s %s: %s\n", p.Name, name, msg)
 		var ue *UsageError
 		if errors.As(err, &ue) {
@@ -132,26 +130,25 @@ func (p *Program) printHelp(w io.Writer) {
 	fmt.Fprintf(w, "\nRun '%s <command> -h' for a command's flags.\n", p.Name)
 }
 
-// Message is err's text as a command prints it: on one line, without the
-// root package's "inbox: " before each of its parts, which the command's
-// own prefix already says, and with the control characters of any stored
-// text it quotes escaped (Text).
+// Message is err's text as a command prints it: on one line, with the
+// control characters of any stored text it quotes escaped (Text).
 func Message(err error) string {
-	return Text(OneLine(packagePrefix.ReplaceAllString(err.Error(), "$1")))
+	return Text(OneLine(err.Error()))
 }
 
-// packagePrefix is the root package's prefix of its errors, where it
-// starts the message or one of its wrapped parts.
-var packagePrefix = regexp.MustCompile(`(^|: )inbox: `)
-
 // UsageError is a mistake in the command line. It exits with status 2.
-type UsageError struct{ msg string }
+type UsageError struct{ err error }
 
-func (e *UsageError) Error() string { return e.msg }
+func (e *UsageError) Error() string { return e.err.Error() }
 
-// Usagef returns a UsageError.
+// Unwrap returns the error Usagef made, which wraps the errors its %w
+// verbs named.
+func (e *UsageError) Unwrap() error { return e.err }
+
+// Usagef returns a UsageError, formatted as fmt.Errorf formats: a %w verb
+// keeps its error in the chain, for errors.Is and errors.As.
 func Usagef(format string, args ...any) error {
-	return &UsageError{msg: fmt.Sprintf(format, args...)}
+	return &UsageError{err: fmt.Errorf(format, args...)}
 }
 
 // OneLine folds an error onto one line, and says a line that repeats

@@ -94,11 +94,11 @@ func TestZeroOrInconsistentWindowsNameTheFlag(t *testing.T) {
 	}{
 		{[]string{"purge", "--older-than", "0s", "--replay-horizon", "0s"}, "--older-than 0s: must be positive"},
 		{[]string{"purge", "--older-than", "30d", "--replay-horizon", "0d"}, "--replay-horizon 0s: must be positive"},
-		{[]string{"purge", "--older-than", "13d"}, "--older-than 13d: purge of rows older than 13d refused: the replay horizon is 14d"},
+		{[]string{"purge", "--older-than", "13d"}, "--older-than 13d: refused: the replay horizon is 14d"},
 		{[]string{"partitions", "drop", "--retention", "0s", "--replay-horizon", "0s", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
 		{[]string{"partitions", "drop", "--retention", "0s"}, "--retention 0s: must be positive"},
 		{[]string{"partitions", "drop", "--retention", "30d", "--replay-horizon", "0s"}, "--replay-horizon 0s: must be positive"},
-		{[]string{"partitions", "drop", "--retention", "20d", "--max-skew", "8d"}, "--retention 20d: a retention of 20d is shorter than the replay horizon 14d plus the producers' clock skew 8d"},
+		{[]string{"partitions", "drop", "--retention", "20d", "--max-skew", "8d"}, "--retention 20d: shorter than the replay horizon 14d plus the producers' clock skew 8d (--max-skew)"},
 		{[]string{"partitions", "premake", "--ahead", "0s"}, "--ahead 0s: must be positive"},
 		{[]string{"partitions", "premake", "--ahead", "2d", "--max-skew", "3d"}, "--ahead 2d is shorter than --max-skew 3d"},
 		{[]string{"partitions", "adopt", "--max-skew", "0s"}, "--max-skew 0s: must be positive"},
@@ -200,7 +200,7 @@ func TestMigratePurgeForgetStats(t *testing.T) {
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", recent}, db...)...)
 	require.Equal(t, 1, code)
 	requireOneLine(t, stderr)
-	require.Contains(t, stderr, "not found")
+	require.Equal(t, "inbox forget: billing/"+recent+": not found: no inbox row and no effect-ledger entry\n", stderr)
 	code, _, stderr = run(t, env, append([]string{"forget", "--consumer", "billing", "--id", "nope"}, db...)...)
 	require.Equal(t, 2, code, "a malformed id is a usage mistake")
 	require.Contains(t, stderr, "not a UUID")

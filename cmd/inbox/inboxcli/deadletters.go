@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -102,7 +103,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 			d, err := c.GetDeadLetter(ctx, id)
 			if err != nil {
-				return err
+				return deadLetterErr(id, err)
 			}
 			if sub == "delete" {
 				// Say which message the ID named, so that a mistyped ID
@@ -114,7 +115,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 					return nil
 				}
 				if err := c.DeleteDeadLetter(ctx, id); err != nil {
-					return err
+					return deadLetterErr(id, err)
 				}
 				fmt.Fprintf(e.Stdout, "deleted %s\n", what)
 				return nil
@@ -167,11 +168,14 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 			d, err := c.GetDeadLetter(ctx, id)
 			if err != nil {
-				return err
+				return deadLetterErr(id, err)
 			}
 			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id, DryRun: *dryRun})
+			if errors.Is(err, inbox.ErrNoMessageID) {
+				return &saidError{msg: fmt.Sprintf("dead letter %d (reason %s) cannot be replayed: its message has no id: fix the producer and publish it again", id, d.Reason), err: err}
+			}
 			if err != nil {
-				return err
+				return deadLetterErr(id, err)
 			}
 			if marked == 0 {
 				fmt.Fprintf(e.Stdout, "dead letter %d was already marked for replay: the next inbox.Client.ProcessReplays for %s replays it\n", id, command.Text(d.Consumer))
@@ -282,4 +286,12 @@ func printDeadLetter(e *Env, d *inboxtype.DeadLetter) {
 		fmt.Fprintf(e.Stdout, "header:      %s: %s\n", command.Text(k), command.Text(d.Headers[k]))
 	}
 	fmt.Fprintf(e.Stdout, "payload:     %s\n", command.Payload(d.Payload, 64<<10))
+}
+
+// deadLetterErr says that dead letter id is not there, or returns err.
+func deadLetterErr(id int64, err error) error {
+	if errors.Is(err, inbox.ErrNotFound) {
+		return &saidError{msg: fmt.Sprintf("dead letter %d: not found", id), err: err}
+	}
+	return err
 }

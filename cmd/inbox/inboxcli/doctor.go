@@ -27,12 +27,16 @@ import (
 	"github.com/txinbox/inbox/inboxmigrate"
 )
 
+// checkStatus is the outcome of a doctor's check. Its text is part of the
+// contract of 'inbox doctor --json'.
+type checkStatus string
+
 // The statuses of a doctor's check.
 const (
-	checkOK   = "ok"
-	checkWarn = "warn"
-	checkFail = "fail"
-	checkSkip = "skip"
+	checkOK   checkStatus = "ok"
+	checkWarn checkStatus = "warn"
+	checkFail checkStatus = "fail"
+	checkSkip checkStatus = "skip"
 )
 
 // The checks, in the order they are reported. Every run reports each of
@@ -45,8 +49,8 @@ var doctorChecks = []string{
 
 // checkJSON is one check of 'inbox doctor --json'.
 type checkJSON struct {
-	Name   string `json:"name"`
-	Status string `json:"status"`
+	Name   string      `json:"name"`
+	Status checkStatus `json:"status"`
 	// Message says what was found; Fix, when set, what to do.
 	Message string `json:"message"`
 	Fix     string `json:"fix,omitempty"`
@@ -163,7 +167,7 @@ func runDoctor(ctx context.Context, e *Env, args []string) error {
 	return nil
 }
 
-func (d *doctor) set(name, status, msg, fix string) {
+func (d *doctor) set(name string, status checkStatus, msg, fix string) {
 	d.checks[name] = checkJSON{Name: name, Status: status, Message: msg, Fix: fix}
 }
 

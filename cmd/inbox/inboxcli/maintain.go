@@ -3,11 +3,13 @@ package inboxcli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,7 +50,8 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	// A window inside the replay horizon is refused before any database
 	// is reached, as the other mistakes of the command line are.
 	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
-		return command.Usagef("--older-than %s: %s", inbox.FormatDuration(olderThan.Value), command.Message(err))
+		return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--older-than %s: refused: the replay horizon is %s, and a replayed message inside it would look new and be applied again",
+			inbox.FormatDuration(olderThan.Value), inbox.FormatDuration(horizon.Value)), err: err})
 	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
@@ -151,12 +154,12 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 		// The id is checked against the store's id column, once read.
 		if _, err := c.Config().IDFormat.CanonicalID(*id); err != nil {
-			return command.Usagef("--id: %v", err)
+			return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--id %q: not a %s, as the store's ids are", *id, strings.ToUpper(c.Config().IDFormat.String())), err: err})
 		}
 		// Say what it deletes: with --dry-run, instead.
 		n, err := c.ForgetCount(ctx, *consumer, *id)
 		if err != nil {
-			return err
+			return forgetErr(*consumer, *id, err)
 		}
 		what := fmt.Sprintf("%s of %s/%s", command.Count(n.InboxRows, "inbox row", "inbox rows"), *consumer, *id)
 		if n.Effects > 0 {
@@ -167,11 +170,20 @@ func runForget(ctx context.Context, e *Env, args []string) error {
 			return nil
 		}
 		if err := c.Forget(ctx, *consumer, *id); err != nil {
-			return err
+			return forgetErr(*consumer, *id, err)
 		}
 		fmt.Fprintf(e.Stdout, "deleted %s: its next delivery applies again\n", what)
 		return nil
 	})
+}
+
+// forgetErr says that there is nothing to forget of consumer's message id,
+// or returns err.
+func forgetErr(consumer, id string, err error) error {
+	if errors.Is(err, inbox.ErrNotFound) {
+		return &saidError{msg: fmt.Sprintf("%s/%s: not found: no inbox row and no effect-ledger entry", consumer, id), err: err}
+	}
+	return err
 }
 
 // statsJSON is the contract of 'inbox stats --json'.

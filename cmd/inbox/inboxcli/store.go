@@ -74,21 +74,22 @@ func (s *store) explain(ctx context.Context, err error) error {
 	if m, merr := inboxmigrate.New(s.admin); merr == nil {
 		// The migrator's own words, which 'inbox migrate' and doctor say.
 		if terr := m.CheckTables(ctx); errors.Is(terr, inboxmigrate.ErrTablesMissing) {
-			return &missingTablesError{msg: fmt.Sprintf("%s: %s (--schema)", in, command.Message(terr)), err: err}
+			return &saidError{msg: fmt.Sprintf("%s: %s (--schema)", in, command.Message(terr)), err: err}
 		}
 	}
-	return &missingTablesError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.Message(cause(err))), err: err}
+	return &saidError{msg: fmt.Sprintf("the inbox tables in %s are missing or not migrated to the latest version (%s): run 'inbox migrate up' with the same flags", in, command.Message(cause(err))), err: err}
 }
 
-// missingTablesError is an error that store.explain rewrote. It keeps the
-// store's error for errors.Is and errors.As.
-type missingTablesError struct {
+// saidError is an error a command says in its own words, for an error of
+// the store or of the root package whose meaning (its sentinel) it knows.
+// It keeps that error for errors.Is and errors.As.
+type saidError struct {
 	msg string
 	err error
 }
 
-func (e *missingTablesError) Error() string { return e.msg }
-func (e *missingTablesError) Unwrap() error { return e.err }
+func (e *saidError) Error() string { return e.msg }
+func (e *saidError) Unwrap() error { return e.err }
 
 // notMigrated reports whether err, which is not nil, says that a table or
 // a column the store needs is missing: the store's Classify says so, for
@@ -272,20 +273,21 @@ func (f *storeFlags) openSQLite(path string) (*store, error) {
 // openMySQL connects to MySQL or MariaDB, telling them apart by the
 // server's version.
 func (f *storeFlags) openMySQL(ctx context.Context, raw string) (*store, error) {
-	dsn, where, err := mysqlDSN(raw)
+	cfg, where, err := mysqlConfig(raw)
 	if err != nil {
-		return nil, command.Usagef("--database-url: %v", redactErr(err, raw))
+		return nil, command.Usagef("--database-url: %w", err)
 	}
-	db, err := sql.Open("mysql", dsn)
+	connector, err := mysql.NewConnector(cfg)
 	if err != nil {
-		return nil, command.Usagef("--database-url: %v", redactErr(err, raw))
+		return nil, command.Usagef("--database-url: %w", err)
 	}
+	db := sql.OpenDB(connector)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var version string
 	if err := db.QueryRowContext(pctx, `SELECT VERSION()`).Scan(&version); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, err)
 	}
 	engine := inboxmysql.MySQL
 	if strings.Contains(strings.ToLower(version), "mariadb") {
@@ -294,17 +296,18 @@ func (f *storeFlags) openMySQL(ctx context.Context, raw string) (*store, error) 
 	return f.sqlStore(pctx, db, engine, where)
 }
 
-// mysqlDSN converts a mysql://user:password@host:port/database?param=value
-// URL to go-sql-driver's DSN. The parameters are the driver's.
-func mysqlDSN(raw string) (dsn, where string, err error) {
-	u, err := url.Parse(raw)
+// mysqlConfig converts a mysql://user:password@host:port/database?param=value
+// URL to go-sql-driver's Config. The parameters are the driver's. The
+// password is set on the Config, never written into a DSN the driver
+// parses, so that no error of the parse can show it.
+func mysqlConfig(raw string) (cfg *mysql.Config, where string, err error) {
+	u, pw, _, err := parseDatabaseURL(raw)
 	if err != nil {
-		return "", "", err
+		return nil, "", err
 	}
-	cfg := mysql.NewConfig()
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.Net = "tcp"
+	noPW := mysql.NewConfig()
+	noPW.User = u.User.Username()
+	noPW.Net = "tcp"
 	host, port := u.Hostname(), u.Port()
 	if host == "" {
 		host = "127.0.0.1"
@@ -312,23 +315,45 @@ func mysqlDSN(raw string) (dsn, where string, err error) {
 	if port == "" {
 		port = "3306"
 	}
-	cfg.Addr = net.JoinHostPort(host, port)
-	cfg.DBName = strings.TrimPrefix(u.Path, "/")
-	if cfg.DBName == "" || strings.Contains(cfg.DBName, "/") {
-		return "", "", fmt.Errorf("%s: want mysql://user:password@host:port/database", u.Redacted())
+	noPW.Addr = net.JoinHostPort(host, port)
+	noPW.DBName = strings.TrimPrefix(u.Path, "/")
+	if noPW.DBName == "" || strings.Contains(noPW.DBName, "/") {
+		return nil, "", fmt.Errorf("%s: want mysql://user:password@host:port/database", u.Redacted())
 	}
-	dsn = cfg.FormatDSN()
+	dsn := noPW.FormatDSN()
 	if u.RawQuery != "" {
 		sep := "?"
 		if strings.Contains(dsn, "?") {
 			sep = "&"
 		}
 		dsn += sep + u.RawQuery
-		if _, err := mysql.ParseDSN(dsn); err != nil {
-			return "", "", err
-		}
 	}
-	return dsn, cfg.Addr + "/" + cfg.DBName, nil
+	if cfg, err = mysql.ParseDSN(dsn); err != nil {
+		return nil, "", err
+	}
+	cfg.Passwd = pw
+	return cfg, noPW.Addr + "/" + noPW.DBName, nil
+}
+
+// parseDatabaseURL parses a --database-url and returns it without its
+// password, and the password apart, for the caller to give the driver in
+// its config: no error of a driver's parse or connection can then show the
+// password, for the driver never sees it in a string. A URL that does not
+// parse is reported by what is wrong with it, without the URL, which
+// url.Error quotes whole, password and all.
+func parseDatabaseURL(raw string) (u *url.URL, password string, hasPassword bool, err error) {
+	u, err = url.Parse(raw)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return nil, "", false, ue.Err
+		}
+		return nil, "", false, err
+	}
+	if password, hasPassword = u.User.Password(); hasPassword {
+		u.User = url.User(u.User.Username())
+	}
+	return u, password, hasPassword, nil
 }
 
 // sqlStore wraps an open *sql.DB.
@@ -359,9 +384,25 @@ func (f *storeFlags) sqlStore(ctx context.Context, db *sql.DB, engine inboxsql.E
 func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, error) {
 	// An empty string makes pgx read the PG* variables, as libpq does.
 	// A pooler-safe exec mode unless the URL names one (see pgexec).
+	// A URL's password is set on the config after the parse (see
+	// parseDatabaseURL); a connection string in the key=value form is
+	// pgx's to parse, and its parse errors hide a password=.
+	var password string
+	hasPassword := false
+	if strings.HasPrefix(raw, "postgres://") || strings.HasPrefix(raw, "postgresql://") {
+		var u *url.URL
+		var err error
+		if u, password, hasPassword, err = parseDatabaseURL(raw); err != nil {
+			return nil, command.Usagef("--database-url: %w", err)
+		}
+		raw = u.String()
+	}
 	cfg, err := pgxpool.ParseConfig(pgexec.WithPoolerSafe(raw))
 	if err != nil {
-		return nil, command.Usagef("--database-url: %v", redactErr(err, raw))
+		return nil, command.Usagef("--database-url: %w", err)
+	}
+	if hasPassword {
+		cfg.ConnConfig.Password = password
 	}
 	database := cfg.ConnConfig.Database
 	if database == "" {
@@ -377,11 +418,11 @@ func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, erro
 	defer cancel()
 	pool, err := pgxpool.NewWithConfig(pctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, err)
 	}
 	if err := pool.Ping(pctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, redactErr(err, raw))
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", where, err)
 	}
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: f.tables, Partitions: f.partitions})
 	if err != nil {
@@ -404,17 +445,4 @@ func (f *storeFlags) openPostgres(ctx context.Context, raw string) (*store, erro
 		close: pool.Close,
 		where: where,
 	}, nil
-}
-
-// redactErr removes a URL's password from err's message.
-func redactErr(err error, raw string) error {
-	u, perr := url.Parse(raw)
-	if perr != nil || u.User == nil {
-		return err
-	}
-	pw, ok := u.User.Password()
-	if !ok || pw == "" {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), pw, "xxxxx"))
 }

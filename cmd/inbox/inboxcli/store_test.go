@@ -181,6 +181,13 @@ func TestDatabaseURLMistakes(t *testing.T) {
 		{"sqlite:", "want sqlite:PATH"},
 		{"mysql://root:secret@127.0.0.1:3306", "want mysql://user:password@host:port/database"},
 		{"mysql://root:secret@127.0.0.1:3306/db?parseTime=maybe", "invalid bool value"},
+		// A URL that does not parse: url.Error quotes it whole, password
+		// and all.
+		{"mysql://root:secret@127.0.0.1:bad/db", `--database-url: invalid port ":bad" after host`},
+		{"mysql://root:secret%zz@127.0.0.1:3306/db", `--database-url: invalid URL escape "%zz"`},
+		{"postgres://postgres:secret@127.0.0.1:bad/test", `--database-url: invalid port ":bad" after host`},
+		{"postgres://postgres:secret%zz@127.0.0.1/test", `--database-url: invalid URL escape "%zz"`},
+		{"postgres://postgres:secret@127.0.0.1/test?connect_timeout=x", "invalid connect_timeout"},
 	} {
 		code, _, errOut := run(t, nil, "stats", "--database-url", c.url)
 		require.Equal(t, 2, code, c.url)
@@ -190,10 +197,16 @@ func TestDatabaseURLMistakes(t *testing.T) {
 	code, _, errOut := run(t, nil, "stats", "--database-url", "sqlite:"+filepath.Join(t.TempDir(), "x.db"), "--schema", "s")
 	require.Equal(t, 2, code)
 	require.Contains(t, errOut, "SQLite has no schemas")
-	code, _, errOut = run(t, nil, "stats", "--database-url", "mysql://root:secret@127.0.0.1:1/db")
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "cannot reach the database at 127.0.0.1:1/db")
-	require.False(t, strings.Contains(errOut, "secret"), "the password leaked")
+	// A host that does not answer.
+	for url, where := range map[string]string{
+		"mysql://root:secret@127.0.0.1:1/db":                            "127.0.0.1:1/db",
+		"postgres://postgres:secret@127.0.0.1:1/test?connect_timeout=2": "127.0.0.1:1/test",
+	} {
+		code, _, errOut = run(t, nil, "stats", "--database-url", url)
+		require.Equal(t, 1, code, url)
+		require.Contains(t, errOut, "cannot reach the database at "+where, url)
+		require.False(t, strings.Contains(errOut, "secret"), "the password leaked: %s", errOut)
+	}
 }
 
 // The SQL that 'migrate sql' prints, applied by another tool, makes a
