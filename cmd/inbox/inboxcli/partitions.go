@@ -126,7 +126,8 @@ func runPartitionsMaintain(ctx context.Context, e *Env, sub string, args []strin
 	if sub == "drop" {
 		p.Retention = retention.Value
 		if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
-			return command.Usagef("--retention %s: %s", inbox.FormatDuration(p.Retention), command.Message(err))
+			return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--retention %s: shorter than the replay horizon %s plus the producers' clock skew %s (--max-skew): the partitioned inbox counts retention from the event's time, and a replay inside the horizon would find its day dropped",
+				inbox.FormatDuration(p.Retention), inbox.FormatDuration(horizon.Value), inbox.FormatDuration(skew.Value)), err: err})
 		}
 	}
 	return withAdmin(ctx, e, sf, cfg, func(c *inbox.Admin) error {
