@@ -170,7 +170,7 @@ func runOutboxEvent(ctx context.Context, e *Env, sub string, args []string) erro
 func showOutboxEvent(ctx context.Context, e *Env, a inboxdriver.OutboxAdmin, id string, asJSON bool) error {
 	r, err := a.OutboxGet(ctx, id)
 	if errors.Is(err, inboxdriver.ErrNotFound) {
-		return fmt.Errorf("no event %s in the outbox: %w", id, inbox.ErrNotFound)
+		return &saidError{msg: fmt.Sprintf("no event %s in the outbox", id), err: inbox.ErrNotFound}
 	}
 	if err != nil {
 		return fmt.Errorf("read event %s: %w", id, err)
@@ -193,7 +193,7 @@ func setOutboxEvent(ctx context.Context, e *Env, a inboxdriver.OutboxAdmin, sub,
 	}
 	if !ok {
 		want := map[string]string{"retry": "pending", "park": "pending", "unpark": "parked"}[sub]
-		return fmt.Errorf("no %s event %s in the outbox: %w", want, id, inbox.ErrNotFound)
+		return &saidError{msg: fmt.Sprintf("no %s event %s in the outbox", want, id), err: inbox.ErrNotFound}
 	}
 	fmt.Fprintf(e.Stdout, "%s: %s\n", map[string]string{
 		"retry": "available to the relays now", "park": "parked: no relay publishes it until you unpark it",
