@@ -33,19 +33,132 @@ const outboxCols = `id::text, topic, msg_key, coalesce(key_seq, 0), headers, pay
 func newOutboxQueries(t inboxdriver.Tables) outboxQueries {
 	pg := inboxdriver.DialectPostgres
 	ob := t.Qualify(pg, t.Outbox)
-	keys := t.Qualify(pg, t.OutboxKeys)
 	idArray := "uuid[]"
 	if t.IDType == inboxdriver.IDTypeText {
 		idArray = "text[]"
 	}
+	var q outboxQueries
+	q.enqueueQueries(ob, t.Qualify(pg, t.OutboxKeys), idArray)
+	q.claimQueries(ob)
+	q.writeBackQueries(ob, idArray)
+	q.adminQueries(ob)
+	return q
+}
+
+// enqueueQueries renders the enqueues into the outbox table ob, whose
+// ordered mode numbers each key's rows in the table keys.
+func (q *outboxQueries) enqueueQueries(ob, keys, idArray string) {
 	const insertCols = ` (id, topic, msg_key, key_seq, headers, payload, causation_id, created_at, available_at)`
 	unnest := `unnest($1::` + idArray + `, $2::text[], $3::bytea[], $4::text[], $5::bytea[], $6::text[])`
+	// One event, the commonest enqueue, as plain VALUES: cheaper for
+	// the server than unnest over one-element arrays.
+	q.enqueueOne = `INSERT INTO ` + ob + insertCols + `
+VALUES ($1, $2, $3, NULL, $4::jsonb, $5, NULLIF($6, ''), $7, $7)`
+	// One event with no headers and no causation: the columns left
+	// out take their defaults.
+	q.enqueueBare = `INSERT INTO ` + ob + ` (id, topic, msg_key, payload, created_at, available_at)
+VALUES ($1, $2, $3, $4, $5, $5)`
+	q.enqueue = `INSERT INTO ` + ob + insertCols + `
+SELECT u.id, u.topic, u.k, NULL, u.h::jsonb, u.p, NULLIF(u.c, ''), $7, $7
+  FROM ` + unnest + ` AS u(id, topic, k, h, p, c)`
+	// Ordered: one upsert takes each key's sequence numbers for the
+	// whole enqueue, in key order (so two enqueues lock keys in the
+	// same order), and its row lock holds the next producer of the key
+	// until this transaction ends. The rows of a key are numbered in
+	// the order of the enqueue.
+	q.enqueueOrdered = `WITH m AS (
+    SELECT * FROM ` + unnest + ` WITH ORDINALITY AS u(id, topic, k, h, p, c, n)
+), ks AS (
+    INSERT INTO ` + keys + ` AS ks (msg_key, last_seq)
+    SELECT k, count(*) FROM m WHERE k IS NOT NULL GROUP BY k ORDER BY k
+    ON CONFLICT (msg_key) DO UPDATE SET last_seq = ks.last_seq + EXCLUDED.last_seq
+    RETURNING msg_key, last_seq
+)
+INSERT INTO ` + ob + insertCols + `
+SELECT m.id, m.topic, m.k,
+       CASE WHEN m.k IS NULL THEN NULL ELSE ks.last_seq - count(*) OVER w + row_number() OVER w END,
+       m.h::jsonb, m.p, NULLIF(m.c, ''), $7, $7
+  FROM m LEFT JOIN ks ON ks.msg_key = m.k
+WINDOW w AS (PARTITION BY m.k ORDER BY m.n ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)`
+}
+
+// claimQueries renders the claims of the outbox table ob: of unordered
+// rows, of ordered rows, and of ordered rows in whole runs.
+func (q *outboxQueries) claimQueries(ob string) {
 	// oCols are outboxCols for a statement where the table is aliased o.
 	const oCols = `o.id::text, o.topic, o.msg_key, coalesce(o.key_seq, 0), o.headers, o.payload, coalesce(o.causation_id, ''),
        o.created_at, o.available_at, o.attempts, coalesce(o.last_error, ''), o.claim_token IS NOT NULL, o.published_at, o.parked_at`
-	// keyWalk walks the keys that have pending ordered rows, as the
-	// ordered claims describe, yielding each key's first pending row.
-	keyWalk := `WITH RECURSIVE after AS (
+	keyWalk := outboxKeyWalk(ob)
+	// lockHead locks the walked row walk.id if it is still a ready head.
+	lockHead := `
+        SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
+         WHERE h.id = walk.id AND h.published_at IS NULL AND h.parked_at IS NULL AND h.available_at <= $1
+           FOR UPDATE SKIP LOCKED`
+	// readyRun is the ready run of the key heads.msg_key from its head:
+	// at most $2 rows, numbered rn from 1 in sequence order.
+	readyRun := `
+        SELECT x.id, x.rn FROM (
+            SELECT s.id, row_number() OVER (ORDER BY s.key_seq) AS rn,
+                   bool_and(s.parked_at IS NULL AND s.available_at <= $1) OVER (ORDER BY s.key_seq) AS ready
+              FROM ` + ob + ` AS s
+             WHERE s.msg_key = heads.msg_key AND s.key_seq >= heads.key_seq AND s.published_at IS NULL
+             ORDER BY s.key_seq LIMIT $2
+        ) AS x WHERE x.ready`
+	q.claim = `WITH c AS (
+    SELECT id FROM ` + ob + `
+     WHERE published_at IS NULL AND parked_at IS NULL AND key_seq IS NULL AND available_at <= $1
+     ORDER BY available_at LIMIT $2
+       FOR UPDATE SKIP LOCKED
+)
+UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM c WHERE o.id = c.id
+RETURNING ` + oCols
+	// Ordered: the heads are each key's first pending row, found by a
+	// skip scan of the pending ordered rows' index on (msg_key,
+	// key_seq): one index descent per key that has pending rows, from
+	// the key after $5 (the driver's OutboxKeyCursor) on, then wrapping
+	// round to the first; the walk stops once $2 ready heads are
+	// locked. Behind each head, the run of its key's next rows up to
+	// the first that is parked or not ready. No other claim can take a
+	// run's rows while its head stands, so only the heads are locked.
+	// The runs are cut to the limit by position, which keeps a prefix
+	// of each key.
+	q.claimOrdered = keyWalk + `, heads AS (
+    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (` + lockHead + `) AS hd
+     LIMIT $2
+), run AS (
+    SELECT r.id FROM heads CROSS JOIN LATERAL (` + readyRun + `) AS r
+    ORDER BY r.rn LIMIT $2
+)
+UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
+RETURNING ` + oCols
+	// Ordered, whole runs (OutboxClaimParams.WholeRuns): the same walk
+	// of the keys, but each head is locked only when the rows before
+	// it left room: the LIMIT of taken stops the nested loop over the
+	// walk once the runs of the keys locked so far hold $2 rows, so
+	// the keys after them stay free for other claims. An ORDER BY
+	// there would read, and lock, every key first; the order the
+	// rows come in decides only which are taken, and run keeps of
+	// each key the rows whose place among those taken is their place
+	// in the run: a prefix, whatever the plan.
+	q.claimOrderedRuns = keyWalk + `, heads AS (
+    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (` + lockHead + `) AS hd
+), taken AS (
+    SELECT heads.msg_key, r.id, r.rn FROM heads CROSS JOIN LATERAL (` + readyRun + `) AS r
+     LIMIT $2
+), run AS (
+    SELECT t.id FROM (
+        SELECT taken.id, taken.rn, row_number() OVER (PARTITION BY taken.msg_key ORDER BY taken.rn) AS pos FROM taken
+    ) AS t WHERE t.pos = t.rn
+)
+UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
+RETURNING ` + oCols
+}
+
+// outboxKeyWalk walks the keys of the outbox table ob that have pending
+// ordered rows, as the ordered claims describe, yielding each key's first
+// pending row.
+func outboxKeyWalk(ob string) string {
+	return `WITH RECURSIVE after AS (
     (SELECT p.msg_key, p.key_seq, p.id FROM ` + ob + ` AS p
       WHERE p.published_at IS NULL AND p.key_seq IS NOT NULL AND p.msg_key > $5
       ORDER BY p.msg_key, p.key_seq LIMIT 1)
@@ -66,125 +179,39 @@ func newOutboxQueries(t inboxdriver.Tables) outboxQueries {
 ), walk AS (
     SELECT id FROM after UNION ALL SELECT id FROM wrapped
 )`
-	// lockHead locks the walked row walk.id if it is still a ready head.
-	lockHead := `
-        SELECT h.msg_key, h.key_seq FROM ` + ob + ` AS h
-         WHERE h.id = walk.id AND h.published_at IS NULL AND h.parked_at IS NULL AND h.available_at <= $1
-           FOR UPDATE SKIP LOCKED`
-	// readyRun is the ready run of the key heads.msg_key from its head:
-	// at most $2 rows, numbered rn from 1 in sequence order.
-	readyRun := `
-        SELECT x.id, x.rn FROM (
-            SELECT s.id, row_number() OVER (ORDER BY s.key_seq) AS rn,
-                   bool_and(s.parked_at IS NULL AND s.available_at <= $1) OVER (ORDER BY s.key_seq) AS ready
-              FROM ` + ob + ` AS s
-             WHERE s.msg_key = heads.msg_key AND s.key_seq >= heads.key_seq AND s.published_at IS NULL
-             ORDER BY s.key_seq LIMIT $2
-        ) AS x WHERE x.ready`
-	return outboxQueries{
-		// One event, the commonest enqueue, as plain VALUES: cheaper for
-		// the server than unnest over one-element arrays.
-		enqueueOne: `INSERT INTO ` + ob + insertCols + `
-VALUES ($1, $2, $3, NULL, $4::jsonb, $5, NULLIF($6, ''), $7, $7)`,
-		// One event with no headers and no causation: the columns left
-		// out take their defaults.
-		enqueueBare: `INSERT INTO ` + ob + ` (id, topic, msg_key, payload, created_at, available_at)
-VALUES ($1, $2, $3, $4, $5, $5)`,
-		enqueue: `INSERT INTO ` + ob + insertCols + `
-SELECT u.id, u.topic, u.k, NULL, u.h::jsonb, u.p, NULLIF(u.c, ''), $7, $7
-  FROM ` + unnest + ` AS u(id, topic, k, h, p, c)`,
-		// Ordered: one upsert takes each key's sequence numbers for the
-		// whole enqueue, in key order (so two enqueues lock keys in the
-		// same order), and its row lock holds the next producer of the key
-		// until this transaction ends. The rows of a key are numbered in
-		// the order of the enqueue.
-		enqueueOrdered: `WITH m AS (
-    SELECT * FROM ` + unnest + ` WITH ORDINALITY AS u(id, topic, k, h, p, c, n)
-), ks AS (
-    INSERT INTO ` + keys + ` AS ks (msg_key, last_seq)
-    SELECT k, count(*) FROM m WHERE k IS NOT NULL GROUP BY k ORDER BY k
-    ON CONFLICT (msg_key) DO UPDATE SET last_seq = ks.last_seq + EXCLUDED.last_seq
-    RETURNING msg_key, last_seq
-)
-INSERT INTO ` + ob + insertCols + `
-SELECT m.id, m.topic, m.k,
-       CASE WHEN m.k IS NULL THEN NULL ELSE ks.last_seq - count(*) OVER w + row_number() OVER w END,
-       m.h::jsonb, m.p, NULLIF(m.c, ''), $7, $7
-  FROM m LEFT JOIN ks ON ks.msg_key = m.k
-WINDOW w AS (PARTITION BY m.k ORDER BY m.n ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)`,
-		claim: `WITH c AS (
-    SELECT id FROM ` + ob + `
-     WHERE published_at IS NULL AND parked_at IS NULL AND key_seq IS NULL AND available_at <= $1
-     ORDER BY available_at LIMIT $2
-       FOR UPDATE SKIP LOCKED
-)
-UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM c WHERE o.id = c.id
-RETURNING ` + oCols,
-		// Ordered: the heads are each key's first pending row, found by a
-		// skip scan of the pending ordered rows' index on (msg_key,
-		// key_seq): one index descent per key that has pending rows, from
-		// the key after $5 (the driver's OutboxKeyCursor) on, then wrapping
-		// round to the first; the walk stops once $2 ready heads are
-		// locked. Behind each head, the run of its key's next rows up to
-		// the first that is parked or not ready. No other claim can take a
-		// run's rows while its head stands, so only the heads are locked.
-		// The runs are cut to the limit by position, which keeps a prefix
-		// of each key.
-		claimOrdered: keyWalk + `, heads AS (
-    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (` + lockHead + `) AS hd
-     LIMIT $2
-), run AS (
-    SELECT r.id FROM heads CROSS JOIN LATERAL (` + readyRun + `) AS r
-    ORDER BY r.rn LIMIT $2
-)
-UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
-RETURNING ` + oCols,
-		// Ordered, whole runs (OutboxClaimParams.WholeRuns): the same walk
-		// of the keys, but each head is locked only when the rows before
-		// it left room: the LIMIT of taken stops the nested loop over the
-		// walk once the runs of the keys locked so far hold $2 rows, so
-		// the keys after them stay free for other claims. An ORDER BY
-		// there would read, and lock, every key first; the order the
-		// rows come in decides only which are taken, and run keeps of
-		// each key the rows whose place among those taken is their place
-		// in the run: a prefix, whatever the plan.
-		claimOrderedRuns: keyWalk + `, heads AS (
-    SELECT hd.msg_key, hd.key_seq FROM walk CROSS JOIN LATERAL (` + lockHead + `) AS hd
-), taken AS (
-    SELECT heads.msg_key, r.id, r.rn FROM heads CROSS JOIN LATERAL (` + readyRun + `) AS r
-     LIMIT $2
-), run AS (
-    SELECT t.id FROM (
-        SELECT taken.id, taken.rn, row_number() OVER (PARTITION BY taken.msg_key ORDER BY taken.rn) AS pos FROM taken
-    ) AS t WHERE t.pos = t.rn
-)
-UPDATE ` + ob + ` AS o SET claim_token = $3, available_at = $4 FROM run WHERE o.id = run.id
-RETURNING ` + oCols,
-		ack:     `DELETE FROM ` + ob + ` WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`,
-		ackKeep: `UPDATE ` + ob + ` SET published_at = $3, claim_token = NULL WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`,
-		reject: `UPDATE ` + ob + `
+}
+
+// writeBackQueries renders a relay's write-backs of its claimed rows to
+// the outbox table ob.
+func (q *outboxQueries) writeBackQueries(ob, idArray string) {
+	q.ack = `DELETE FROM ` + ob + ` WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`
+	q.ackKeep = `UPDATE ` + ob + ` SET published_at = $3, claim_token = NULL WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`
+	q.reject = `UPDATE ` + ob + `
    SET attempts = attempts + 1, last_error = $3, claim_token = NULL, available_at = $4,
        parked_at = CASE WHEN $5 THEN $6::timestamptz END
- WHERE id = $1 AND claim_token = $2`,
-		release: `UPDATE ` + ob + ` SET claim_token = NULL, available_at = $3 WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`,
-		stats: `SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL),
+ WHERE id = $1 AND claim_token = $2`
+	q.release = `UPDATE ` + ob + ` SET claim_token = NULL, available_at = $3 WHERE id = ANY($1::` + idArray + `) AND claim_token = $2`
+}
+
+// adminQueries renders the operator's statements on the outbox table ob.
+func (q *outboxQueries) adminQueries(ob string) {
+	q.stats = `SELECT count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NULL),
        count(*) FILTER (WHERE published_at IS NULL AND parked_at IS NOT NULL),
        count(*) FILTER (WHERE published_at IS NOT NULL),
        min(created_at) FILTER (WHERE published_at IS NULL AND parked_at IS NULL)
-  FROM ` + ob,
-		list: `SELECT ` + outboxCols + ` FROM ` + ob + `
+  FROM ` + ob
+	q.list = `SELECT ` + outboxCols + ` FROM ` + ob + `
  WHERE $1 = ''
     OR ($1 = 'pending' AND published_at IS NULL AND parked_at IS NULL)
     OR ($1 = 'parked' AND published_at IS NULL AND parked_at IS NOT NULL)
     OR ($1 = 'published' AND published_at IS NOT NULL)
- ORDER BY created_at, id LIMIT $2`,
-		get:    `SELECT ` + outboxCols + ` FROM ` + ob + ` WHERE id = $1`,
-		retry:  `UPDATE ` + ob + ` SET available_at = $2 WHERE id = $1 AND published_at IS NULL AND parked_at IS NULL`,
-		park:   `UPDATE ` + ob + ` SET parked_at = $2, claim_token = NULL WHERE id = $1 AND published_at IS NULL AND parked_at IS NULL`,
-		unpark: `UPDATE ` + ob + ` SET parked_at = NULL, attempts = 0, available_at = $2 WHERE id = $1 AND published_at IS NULL AND parked_at IS NOT NULL`,
-		purgePublished: `DELETE FROM ` + ob + ` WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM ` + ob + ` WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`,
-	}
+ ORDER BY created_at, id LIMIT $2`
+	q.get = `SELECT ` + outboxCols + ` FROM ` + ob + ` WHERE id = $1`
+	q.retry = `UPDATE ` + ob + ` SET available_at = $2 WHERE id = $1 AND published_at IS NULL AND parked_at IS NULL`
+	q.park = `UPDATE ` + ob + ` SET parked_at = $2, claim_token = NULL WHERE id = $1 AND published_at IS NULL AND parked_at IS NULL`
+	q.unpark = `UPDATE ` + ob + ` SET parked_at = NULL, attempts = 0, available_at = $2 WHERE id = $1 AND published_at IS NULL AND parked_at IS NOT NULL`
+	q.purgePublished = `DELETE FROM ` + ob + ` WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ` + ob + ` WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
 
 // OutboxBegin implements inboxdriver.OutboxStore.

@@ -100,13 +100,23 @@ const deadLetterCols = `consumer_name, dedup_key, message_id, transport, queue, 
 func newQueries(d Dialect, t inboxdriver.Tables) *queries {
 	sd := d.schema()
 	q := &queries{d: d, inbox: t.Qualify(sd, t.Inbox), deadLetters: t.Qualify(sd, t.DeadLetters), effects: t.Qualify(sd, t.Effects)}
-	inbox, dl, effects := q.inbox, q.deadLetters, q.effects
-	const cols = ` (consumer_name, message_id, processed_at)`
+	q.claimQueries(t.IDType)
+	q.purgeQueries(t.Layout)
+	q.forgetQueries()
+	q.effectQueries(q.effects)
+	q.statsQueries()
+	q.deadLetterQueries()
+	return q
+}
 
-	switch d {
+// claimQueries renders the claims of one message and of a batch.
+func (q *queries) claimQueries(idType inboxdriver.IDType) {
+	inbox := q.inbox
+	const cols = ` (consumer_name, message_id, processed_at)`
+	switch q.d {
 	case Postgres:
 		idArray := "uuid[]"
-		if t.IDType == inboxdriver.IDTypeText {
+		if idType == inboxdriver.IDTypeText {
 			idArray = "text[]"
 		}
 		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES ($1, $2, now())
@@ -131,7 +141,12 @@ RETURNING message_id`
 	case MySQL:
 		q.claim = `INSERT INTO ` + inbox + cols + ` VALUES (?, ?, UTC_TIMESTAMP(6))`
 	}
+}
 
+// purgeQueries renders the purges and their counts, without and with a
+// consumer filter.
+func (q *queries) purgeQueries(layout inboxdriver.Layout) {
+	inbox, effects := q.inbox, q.effects
 	for i, byConsumer := range []bool{false, true} {
 		where := ` WHERE processed_at < ` + q.cutoff(q.ph(1))
 		n := 2
@@ -141,7 +156,7 @@ RETURNING message_id`
 		}
 		q.purgeCount[i] = `SELECT count(*) FROM ` + inbox + where
 		batch := `SELECT consumer_name, message_id FROM ` + inbox + where + ` LIMIT ` + q.ph(n)
-		switch d {
+		switch q.d {
 		case Postgres:
 			// ctid = ANY(ARRAY(…)) bounds the batch and deletes by tuple
 			// id; SKIP LOCKED passes over rows that in-flight claims hold.
@@ -159,7 +174,7 @@ RETURNING message_id`
      WHERE e.consumer_name = p.consumer_name AND e.message_id = p.message_id
 )
 SELECT count(*) FROM purged`
-			if t.Layout == inboxdriver.LayoutPartitioned {
+			if layout == inboxdriver.LayoutPartitioned {
 				q.purge[i] = purgeByKey(inbox, effects, where, q.ph(n))
 			}
 		case SQLite:
@@ -174,7 +189,12 @@ RETURNING consumer_name, message_id`
 				` ORDER BY processed_at, consumer_name, message_id LIMIT ` + q.ph(n) + ` FOR UPDATE`
 		}
 	}
-	if d == Postgres {
+}
+
+// forgetQueries renders the forget of one message and its counts.
+func (q *queries) forgetQueries() {
+	inbox, effects := q.inbox, q.effects
+	if q.d == Postgres {
 		// Postgres names its parameters, so they may repeat.
 		q.forget = `WITH forgotten AS (
     DELETE FROM ` + inbox + ` WHERE consumer_name = $1 AND message_id = $2 RETURNING 1
@@ -189,10 +209,13 @@ SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`
 	for i, table := range []string{inbox, effects} {
 		q.forgetCount[i] = `SELECT count(*) FROM ` + table + ` WHERE consumer_name = ` + q.ph(1) + ` AND message_id = ` + q.ph(2)
 	}
-	q.effectQueries(effects)
+}
+
+// statsQueries renders the per-consumer statistics and the table size.
+func (q *queries) statsQueries() {
 	q.stats = `SELECT consumer_name, count(*), min(processed_at), max(processed_at)
-  FROM ` + inbox + ` GROUP BY consumer_name ORDER BY consumer_name`
-	switch d {
+  FROM ` + q.inbox + ` GROUP BY consumer_name ORDER BY consumer_name`
+	switch q.d {
 	case Postgres:
 		// The sum over the partitions of a partitioned table, which has
 		// no storage of its own; pg_partition_tree lists no other table.
@@ -206,10 +229,15 @@ SELECT (SELECT count(*) FROM forgotten) + (SELECT count(*) FROM effects)`
 		q.tableSize = `SELECT data_length + index_length FROM information_schema.TABLES
  WHERE table_schema = COALESCE(NULLIF(?, ''), DATABASE()) AND table_name = ?`
 	}
+}
 
+// deadLetterQueries renders the dead letters' statements and the replay
+// requests'.
+func (q *queries) deadLetterQueries() {
+	dl := q.deadLetters
 	q.deadLetter = `INSERT INTO ` + dl + ` (` + deadLetterCols + `)
 VALUES (` + q.phs(1, 16) + `)`
-	switch d {
+	switch q.d {
 	case Postgres, SQLite:
 		q.deadLetter += `
 ON CONFLICT (consumer_name, dedup_key) DO UPDATE
@@ -233,7 +261,6 @@ ON DUPLICATE KEY UPDATE reason = VALUES(reason), error_text = VALUES(error_text)
 	q.deadLettersMarked = sel + ` WHERE consumer_name = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL
  ORDER BY replay_requested_at, id LIMIT ` + q.ph(2)
 	q.deadLetterUnmark = `UPDATE ` + dl + ` SET replay_requested_at = NULL WHERE id = ` + q.ph(1) + ` AND replay_requested_at IS NOT NULL`
-	return q
 }
 
 // claimBatchMariaDB renders MariaDB's batch claim of n ids. INSERT IGNORE

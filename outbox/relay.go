@@ -388,24 +388,70 @@ func (r *Relay) RelayOnce(ctx context.Context) (Result, error) {
 // write-back of its confirmed rows is returned instead of sent, for the
 // next round's claim to carry. A store that cannot send both at once gets
 // them one after the other.
+//
+// A round claims a batch, publishes it, and writes back what the broker
+// did with each row: it deletes (or, with KeepPublished, marks) the
+// confirmed rows, records the rejections, and releases the rows it could
+// not publish.
 func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, deferAck bool) (Result, *inboxdriver.OutboxAckParams, error) {
 	var res Result
 	start := time.Now()
 	now := r.config.Now()
-	token := uuid.V4()
-	var rows []*inboxdriver.OutboxRow
-	var err error
+	b := &claimedBatch{token: uuid.V4()}
 	claim := &inboxdriver.OutboxClaimParams{
-		Token: token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
+		Token: b.token, Now: now, LeaseUntil: now.Add(r.config.Lease), Limit: r.config.BatchSize,
 		// A sink that takes a key's run in one call gets whole runs of few
 		// keys, and the other workers the other keys.
 		WholeRuns: r.runs,
 	}
+	var err error
+	b.rows, res.Lapsed, err = r.claim(ctx, carry, claim)
+	if err != nil {
+		return res, nil, fmt.Errorf("outbox: claim: %w", classify(r.store, err))
+	}
+	res.Claimed = len(b.rows)
+	if obs := r.config.Observer; obs != nil {
+		obs.Claimed(ctx, &ClaimEvent{Rows: len(b.rows), Duration: time.Since(start)})
+	}
+	if len(b.rows) == 0 {
+		return res, nil, nil
+	}
+
+	r.publishBatch(ctx, b, now)
+
+	// Write back even when ctx ended: a confirmed row left claimed would
+	// only be published again after its lease.
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer wcancel()
+	var errs []error
+	next, err := r.ack(ctx, wctx, b, deferAck, &res)
+	errs = append(errs, err)
+	errs = append(errs, r.reject(ctx, wctx, b, &res)...)
+	errs = append(errs, r.release(wctx, b, &res))
+	return res, next, errors.Join(errs...)
+}
+
+// claimedBatch is the rows a round claimed, under its fencing token, and
+// what publishing did with each of them.
+type claimedBatch struct {
+	token   string
+	rows    []*inboxdriver.OutboxRow
+	outcome []int   // per row: untried, confirmed, rejected or unavailable
+	errs    []error // per row: the broker's error, if any
+}
+
+// claim claims a batch with claim, sending carry with it if the store can
+// (inboxdriver.OutboxAckClaimer), or else before it. It returns the rows
+// and how many of carry's rows had lapsed.
+func (r *Relay) claim(ctx context.Context, carry *inboxdriver.OutboxAckParams, claim *inboxdriver.OutboxClaimParams) ([]*inboxdriver.OutboxRow, int, error) {
 	ackClaimer, _ := r.store.(inboxdriver.OutboxAckClaimer)
 	if carry != nil && ackClaimer == nil {
 		r.flush(ctx, carry)
 		carry = nil
 	}
+	var rows []*inboxdriver.OutboxRow
+	var lapsed int
+	var err error
 	// A claim that lost a deadlock or a serialization check changed
 	// nothing: run it again at once, a few times.
 	for range 3 {
@@ -414,7 +460,7 @@ func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, d
 			n, rows, err = ackClaimer.OutboxAckClaim(ctx, carry, claim)
 			if err == nil {
 				r.lapsed(ctx, len(carry.IDs)-int(n))
-				res.Lapsed += len(carry.IDs) - int(n)
+				lapsed += len(carry.IDs) - int(n)
 				carry = nil
 			}
 		} else {
@@ -428,87 +474,84 @@ func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, d
 		// The claim failed, and the write-back with it: send it alone.
 		r.flush(ctx, carry)
 	}
-	if err != nil {
-		return res, nil, fmt.Errorf("outbox: claim: %w", classify(r.store, err))
-	}
-	res.Claimed = len(rows)
-	if obs := r.config.Observer; obs != nil {
-		obs.Claimed(ctx, &ClaimEvent{Rows: len(rows), Duration: time.Since(start)})
-	}
-	if len(rows) == 0 {
-		return res, nil, nil
-	}
+	return rows, lapsed, err
+}
 
-	outcome := make([]int, len(rows))
-	errs := make([]error, len(rows))
+// publishBatch publishes b's rows, within nine tenths of the lease, and
+// tells the observer how it went. now is the time of the claim.
+func (r *Relay) publishBatch(ctx context.Context, b *claimedBatch, now time.Time) {
+	b.outcome = make([]int, len(b.rows))
+	b.errs = make([]error, len(b.rows))
 	pctx, cancel := context.WithTimeout(ctx, r.config.Lease*9/10)
-	pubStart := time.Now()
-	r.publish(pctx, rows, outcome, errs)
+	start := time.Now()
+	r.publish(pctx, b.rows, b.outcome, b.errs)
 	cancel()
 	fault.Inject(ctx, fault.RelayAfterPublish)
-	if obs := r.config.Observer; obs != nil {
-		ev := &PublishEvent{Records: len(rows), Duration: time.Since(pubStart)}
-		for i, o := range outcome {
-			switch o {
-			case confirmed:
-				ev.Confirmed++
-				ev.MaxAge = max(ev.MaxAge, now.Sub(rows[i].CreatedAt))
-			case rejected:
-				ev.Rejected++
-			default:
-				ev.Unavailable++
-			}
-		}
-		obs.Published(ctx, ev)
+	obs := r.config.Observer
+	if obs == nil {
+		return
 	}
-
-	// Write back even when ctx ended: a confirmed row left claimed would
-	// only be published again after its lease.
-	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer wcancel()
-	var acked, release []string
-	for i, o := range outcome {
+	ev := &PublishEvent{Records: len(b.rows), Duration: time.Since(start)}
+	for i, o := range b.outcome {
 		switch o {
 		case confirmed:
-			acked = append(acked, rows[i].ID)
-		case untried:
-			release = append(release, rows[i].ID)
-		case unavailable:
-			release = append(release, rows[i].ID)
-			res.Unavailable++
-			if res.UnavailableErr == nil {
-				res.UnavailableErr = errs[i]
-			}
+			ev.Confirmed++
+			ev.MaxAge = max(ev.MaxAge, now.Sub(b.rows[i].CreatedAt))
+		case rejected:
+			ev.Rejected++
+		default:
+			ev.Unavailable++
 		}
 	}
-	var werr error
-	var next *inboxdriver.OutboxAckParams
-	if len(acked) > 0 {
-		a := &inboxdriver.OutboxAckParams{IDs: acked, Token: token, Keep: r.config.KeepPublished, Now: r.config.Now()}
-		res.Published = len(acked)
-		if deferAck && len(rows) == r.config.BatchSize && len(acked) == len(rows) && ackClaimer != nil {
-			next = a // more is likely waiting: the next claim carries it
-		} else if n, err := r.store.OutboxAck(wctx, a); err != nil {
-			res.Published = 0
-			werr = errors.Join(werr, fmt.Errorf("outbox: delete %d published events: %w", len(acked), classify(r.store, err)))
-		} else {
-			res.Lapsed += len(acked) - int(n)
-			r.lapsed(ctx, len(acked)-int(n))
+	obs.Published(ctx, ev)
+}
+
+// ack deletes (or marks) b's confirmed rows. With deferAck, a full batch
+// that the broker confirmed whole returns its write-back instead, for the
+// next claim to carry, if the store can carry it.
+func (r *Relay) ack(ctx, wctx context.Context, b *claimedBatch, deferAck bool, res *Result) (*inboxdriver.OutboxAckParams, error) {
+	var acked []string
+	for i, o := range b.outcome {
+		if o == confirmed {
+			acked = append(acked, b.rows[i].ID)
 		}
 	}
-	for i, o := range outcome {
+	if len(acked) == 0 {
+		return nil, nil
+	}
+	a := &inboxdriver.OutboxAckParams{IDs: acked, Token: b.token, Keep: r.config.KeepPublished, Now: r.config.Now()}
+	res.Published = len(acked)
+	_, ackClaimer := r.store.(inboxdriver.OutboxAckClaimer)
+	if deferAck && len(b.rows) == r.config.BatchSize && len(acked) == len(b.rows) && ackClaimer {
+		return a, nil // more is likely waiting: the next claim carries it
+	}
+	n, err := r.store.OutboxAck(wctx, a)
+	if err != nil {
+		res.Published = 0
+		return nil, fmt.Errorf("outbox: delete %d published events: %w", len(acked), classify(r.store, err))
+	}
+	res.Lapsed += len(acked) - int(n)
+	r.lapsed(ctx, len(acked)-int(n))
+	return nil, nil
+}
+
+// reject records the broker's rejections of b's rows, parking those that
+// used up their budget, and returns the rejections it could not record.
+func (r *Relay) reject(ctx, wctx context.Context, b *claimedBatch, res *Result) []error {
+	var errs []error
+	for i, o := range b.outcome {
 		if o != rejected {
 			continue
 		}
-		row := rows[i]
+		row := b.rows[i]
 		n := row.Attempts + 1
 		park := n >= r.config.MaxRejections
 		ok, err := r.store.OutboxReject(wctx, &inboxdriver.OutboxRejectParams{
-			ID: row.ID, Token: token, Error: clipError(errs[i]), Park: park,
+			ID: row.ID, Token: b.token, Error: clipError(b.errs[i]), Park: park,
 			AvailableAt: r.config.Now().Add(r.config.Backoff(n)), Now: r.config.Now(),
 		})
 		if err != nil {
-			werr = errors.Join(werr, fmt.Errorf("outbox: record the rejection of %s: %w", row.ID, classify(r.store, err)))
+			errs = append(errs, fmt.Errorf("outbox: record the rejection of %s: %w", row.ID, classify(r.store, err)))
 			continue
 		}
 		res.Rejected++
@@ -517,20 +560,40 @@ func (r *Relay) round(ctx context.Context, carry *inboxdriver.OutboxAckParams, d
 		}
 		if park {
 			res.Parked++
-			r.logger.ErrorContext(ctx, "outbox: event parked after its rejections", "id", row.ID, "topic", row.Topic, "rejections", n, "err", errs[i])
+			r.logger.ErrorContext(ctx, "outbox: event parked after its rejections", "id", row.ID, "topic", row.Topic, "rejections", n, "err", b.errs[i])
 			if obs := r.config.Observer; obs != nil {
-				obs.Parked(ctx, &ParkEvent{ID: row.ID, Topic: row.Topic, Rejections: n, Err: errs[i]})
+				obs.Parked(ctx, &ParkEvent{ID: row.ID, Topic: row.Topic, Rejections: n, Err: b.errs[i]})
 			}
 		} else {
-			r.logger.WarnContext(ctx, "outbox: broker rejected an event", "id", row.ID, "topic", row.Topic, "rejections", n, "err", errs[i])
+			r.logger.WarnContext(ctx, "outbox: broker rejected an event", "id", row.ID, "topic", row.Topic, "rejections", n, "err", b.errs[i])
 		}
 	}
-	if len(release) > 0 {
-		if _, err := r.store.OutboxRelease(wctx, &inboxdriver.OutboxReleaseParams{IDs: release, Token: token, AvailableAt: r.config.Now()}); err != nil {
-			werr = errors.Join(werr, fmt.Errorf("outbox: release %d events: %w", len(release), classify(r.store, err)))
+	return errs
+}
+
+// release makes b's rows that were not published available again at
+// once: those the broker was unavailable for, and those not tried after.
+func (r *Relay) release(wctx context.Context, b *claimedBatch, res *Result) error {
+	var release []string
+	for i, o := range b.outcome {
+		switch o {
+		case untried:
+			release = append(release, b.rows[i].ID)
+		case unavailable:
+			release = append(release, b.rows[i].ID)
+			res.Unavailable++
+			if res.UnavailableErr == nil {
+				res.UnavailableErr = b.errs[i]
+			}
 		}
 	}
-	return res, next, werr
+	if len(release) == 0 {
+		return nil
+	}
+	if _, err := r.store.OutboxRelease(wctx, &inboxdriver.OutboxReleaseParams{IDs: release, Token: b.token, AvailableAt: r.config.Now()}); err != nil {
+		return fmt.Errorf("outbox: release %d events: %w", len(release), classify(r.store, err))
+	}
+	return nil
 }
 
 // publish publishes rows in rounds. Unordered rows all go in the first

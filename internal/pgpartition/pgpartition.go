@@ -263,50 +263,84 @@ func (m *Maintainer) detachPending(ctx context.Context, name string) bool {
 	return false
 }
 
+// maintain is Maintain under the lock, after the pending detaches were
+// finished. Its steps come in this order: make the partitions missing
+// ahead, settle the tables an earlier run left detached, then drop the
+// expired partitions.
 func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
 	st, err := m.State(ctx)
 	if err != nil {
 		return nil, err
 	}
 	rep := &inboxtype.PartitionReport{Now: st.Now, State: st}
+	// First make the partitions missing ahead, after the newest: never
+	// before the oldest, so that a day dropped stays dropped and its
+	// replays stay refused. They come first because a drop below may wait
+	// long, for the longest transaction on the inbox to end.
+	if p.Premake {
+		if err := m.premake(ctx, st, p.DryRun, rep); err != nil {
+			return rep, err
+		}
+	}
+	// The partitions whose days all end by cutoff have expired.
 	var cutoff time.Time
 	if p.Drop {
 		cutoff = st.Now.Add(-p.Retention)
 	}
-	expired := func(part inboxtype.Partition) bool { return p.Drop && !part.To.After(cutoff) }
+	attached, err := m.settleDetached(ctx, st, p, cutoff, rep)
+	if err != nil {
+		return rep, err
+	}
+	if p.Drop {
+		if err := m.dropExpired(ctx, st, attached, cutoff, p.DryRun, rep); err != nil {
+			return rep, err
+		}
+	}
 
+	if p.DryRun {
+		return rep, nil
+	}
+	rep.State, err = m.State(ctx)
+	return rep, err
+}
+
+// premake makes the day partitions from the end of the newest partition
+// of st (or, with none, from Backfill ago) to Premake ahead, adding them
+// to rep.Created.
+func (m *Maintainer) premake(ctx context.Context, st *inboxtype.PartitionState, dryRun bool, rep *inboxtype.PartitionReport) error {
 	var live []inboxtype.Partition
 	for _, part := range st.Partitions {
 		if !part.DetachPending {
 			live = append(live, part)
 		}
 	}
-	// First make the partitions missing ahead, after the newest: never
-	// before the oldest, so that a day dropped stays dropped and its
-	// replays stay refused. They come first because a drop below may wait
-	// long, for the longest transaction on the inbox to end.
-	if p.Premake {
-		end := st.Now.Add(m.cfg.Premake).Truncate(day).Add(day)
-		start := st.Now.Add(-m.cfg.Backfill).Truncate(day)
-		if n := len(live); n > 0 {
-			start = live[n-1].To
-			if !start.Truncate(day).Equal(start) {
-				return rep, fmt.Errorf("inbox: partition %s ends at %s, not at the start of a day: maintenance makes day partitions only", live[n-1].Name, start.Format(time.RFC3339Nano))
-			}
-		}
-		for d, n := start, 0; d.Before(end); d, n = d.Add(day), n+1 {
-			if n == inboxdriver.MaxPartitionsPerRun {
-				return rep, fmt.Errorf("inbox: partition maintenance stopped after making %d partitions, up to %s: run it again", n, d.Format(time.DateOnly))
-			}
-			part := inboxtype.Partition{Name: m.name(d), From: d, To: d.Add(day)}
-			if !p.DryRun {
-				if err := m.create(ctx, part); err != nil {
-					return rep, err
-				}
-			}
-			rep.Created = append(rep.Created, part)
+	end := st.Now.Add(m.cfg.Premake).Truncate(day).Add(day)
+	start := st.Now.Add(-m.cfg.Backfill).Truncate(day)
+	if n := len(live); n > 0 {
+		start = live[n-1].To
+		if !start.Truncate(day).Equal(start) {
+			return fmt.Errorf("inbox: partition %s ends at %s, not at the start of a day: maintenance makes day partitions only", live[n-1].Name, start.Format(time.RFC3339Nano))
 		}
 	}
+	for d, n := start, 0; d.Before(end); d, n = d.Add(day), n+1 {
+		if n == inboxdriver.MaxPartitionsPerRun {
+			return fmt.Errorf("inbox: partition maintenance stopped after making %d partitions, up to %s: run it again", n, d.Format(time.DateOnly))
+		}
+		part := inboxtype.Partition{Name: m.name(d), From: d, To: d.Add(day)}
+		if !dryRun {
+			if err := m.create(ctx, part); err != nil {
+				return err
+			}
+		}
+		rep.Created = append(rep.Created, part)
+	}
+	return nil
+}
+
+// settleDetached drops, when p.Drop, the tables an earlier run left
+// detached whose days ended by cutoff, and attaches the others again. It
+// returns the attached partitions, in order, with those it attached again.
+func (m *Maintainer) settleDetached(ctx context.Context, st *inboxtype.PartitionState, p *inboxdriver.MaintainPartitionsParams, cutoff time.Time, rep *inboxtype.PartitionReport) ([]inboxtype.Partition, error) {
 	// The detaches an earlier run left pending were finished before the
 	// lock was taken (finishDetaches): a dry run finds them pending still,
 	// and says what it would do with them. One pending now was left by a
@@ -330,9 +364,9 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 	for _, part := range detached {
 		switch {
 		case !p.Drop:
-		case expired(part):
+		case !part.To.After(cutoff):
 			if err := m.drop(ctx, part, p.DryRun); err != nil {
-				return rep, err
+				return nil, err
 			}
 			rep.Dropped = append(rep.Dropped, part)
 		default:
@@ -340,7 +374,7 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 				if err := m.db.Tx(ctx, `SET LOCAL lock_timeout = '`+ddlLockTimeout+`'`,
 					`ALTER TABLE `+m.parent+` ATTACH PARTITION `+m.qualify(part.Name)+` FOR VALUES FROM ('`+
 						inboxdriver.TimeBound(part.From)+`') TO ('`+inboxdriver.TimeBound(part.To)+`')`); err != nil {
-					return rep, fmt.Errorf("inbox: attach the detached partition %s again: %w", part.Name, err)
+					return nil, fmt.Errorf("inbox: attach the detached partition %s again: %w", part.Name, err)
 				}
 			}
 			rep.Reattached = append(rep.Reattached, part)
@@ -348,44 +382,40 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 		}
 	}
 	sortPartitions(attached)
+	return attached, nil
+}
 
-	// Drop the expired partitions, oldest first.
-	if p.Drop {
-		kept := attached[:0:0]
-		for _, part := range attached {
-			if !expired(part) {
-				kept = append(kept, part)
-				continue
-			}
-			if !p.DryRun {
-				if err := m.db.Exec(ctx, `ALTER TABLE `+m.parent+` DETACH PARTITION `+m.qualify(part.Name)+` CONCURRENTLY`); err != nil {
-					return rep, fmt.Errorf("inbox: detach partition %s: %w", part.Name, err)
-				}
-			}
-			if err := m.drop(ctx, part, p.DryRun); err != nil {
-				return rep, err
-			}
-			rep.Dropped = append(rep.Dropped, part)
+// dropExpired drops the attached partitions whose days ended by cutoff,
+// oldest first, then the frozen plain table of an adopted inbox once none
+// of its ids could be claimed again.
+func (m *Maintainer) dropExpired(ctx context.Context, st *inboxtype.PartitionState, attached []inboxtype.Partition, cutoff time.Time, dryRun bool, rep *inboxtype.PartitionReport) error {
+	kept := attached[:0:0]
+	for _, part := range attached {
+		if part.To.After(cutoff) {
+			kept = append(kept, part)
+			continue
 		}
-		attached = kept
-		// The frozen plain table of an adopted inbox, once none of its
-		// ids could be claimed again.
-		if st.Frozen != nil {
-			retired, err := m.retireFrozen(ctx, st.Frozen, attached, st.Now, p.DryRun)
-			if err != nil {
-				return rep, err
-			}
-			if retired {
-				rep.Retired = st.Frozen
+		if !dryRun {
+			if err := m.db.Exec(ctx, `ALTER TABLE `+m.parent+` DETACH PARTITION `+m.qualify(part.Name)+` CONCURRENTLY`); err != nil {
+				return fmt.Errorf("inbox: detach partition %s: %w", part.Name, err)
 			}
 		}
+		if err := m.drop(ctx, part, dryRun); err != nil {
+			return err
+		}
+		rep.Dropped = append(rep.Dropped, part)
 	}
-
-	if p.DryRun {
-		return rep, nil
+	if st.Frozen == nil {
+		return nil
 	}
-	rep.State, err = m.State(ctx)
-	return rep, err
+	retired, err := m.retireFrozen(ctx, st.Frozen, kept, st.Now, dryRun)
+	if err != nil {
+		return err
+	}
+	if retired {
+		rep.Retired = st.Frozen
+	}
+	return nil
 }
 
 // create makes one partition: a table like the parent, then attached, in

@@ -62,27 +62,10 @@ func findPgBouncer() (string, error) {
 
 // startPgBouncer starts bin in front of the server at serverURL.
 func startPgBouncer(bin, serverURL, mode string) (string, func(), error) {
-	su, err := neturl.Parse(serverURL)
+	target, user, db, err := pgbouncerTarget(serverURL)
 	if err != nil {
-		return "", nil, fmt.Errorf("test server URL: %w", err)
+		return "", nil, err
 	}
-	host, port := su.Hostname(), su.Port()
-	if host == "" {
-		host = "127.0.0.1"
-	}
-	if port == "" {
-		port = "5432"
-	}
-	user := su.User.Username()
-	if user == "" {
-		user = "postgres"
-	}
-	pass, _ := su.User.Password()
-	db := strings.TrimPrefix(su.Path, "/")
-	if db == "" {
-		db = user
-	}
-
 	dir, err := os.MkdirTemp("", "inbox-pgbouncer-")
 	if err != nil {
 		return "", nil, err
@@ -100,16 +83,69 @@ func startPgBouncer(bin, serverURL, mode string) (string, func(), error) {
 		cleanup()
 		return "", nil, err
 	}
+	cfg, err := writePgBouncerConfig(dir, target, mode, listen, chown)
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	p, err := runPgBouncer(bin, cfg, attr, filepath.Join(dir, "pgbouncer.log"))
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	stop := func() {
+		p.stop()
+		cleanup()
+	}
+	u := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", neturl.PathEscape(user), listen, neturl.PathEscape(db))
+	if err := p.await(u); err != nil {
+		stop()
+		return "", nil, err
+	}
+	return u, stop, nil
+}
+
+// pgbouncerTarget returns PgBouncer's connection string to the server at
+// serverURL, and the user and database a client names.
+func pgbouncerTarget(serverURL string) (target, user, db string, err error) {
+	su, err := neturl.Parse(serverURL)
+	if err != nil {
+		return "", "", "", fmt.Errorf("test server URL: %w", err)
+	}
+	host, port := su.Hostname(), su.Port()
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == "" {
+		port = "5432"
+	}
+	user = su.User.Username()
+	if user == "" {
+		user = "postgres"
+	}
+	pass, _ := su.User.Password()
+	db = strings.TrimPrefix(su.Path, "/")
+	if db == "" {
+		db = user
+	}
+	target = fmt.Sprintf("host=%s port=%s user=%s", host, port, user)
+	if pass != "" {
+		target += " password=" + pass
+	}
+	return target, user, db, nil
+}
+
+// writePgBouncerConfig writes in dir the configuration of a PgBouncer that
+// listens on the loopback port listen and pools, in mode, every database
+// of the server target. It returns the file's path. chown gives dir and
+// the file to the user PgBouncer runs as.
+func writePgBouncerConfig(dir, target, mode string, listen int, chown func(path string) error) (string, error) {
 	size := PgBouncerPoolSize
 	if mode == PoolSession {
 		// A client connection holds its server connection for as long
 		// as it lives, idle or not: eight CLIs with two connections
 		// each need sixteen.
 		size = 20
-	}
-	target := fmt.Sprintf("host=%s port=%s user=%s", host, port, user)
-	if pass != "" {
-		target += " password=" + pass
 	}
 	ini := fmt.Sprintf(`[databases]
 * = %s
@@ -129,62 +165,74 @@ log_disconnections = 0
 `, target, listen, mode, size)
 	cfg := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(cfg, []byte(ini), 0o600); err != nil {
-		cleanup()
-		return "", nil, err
+		return "", err
 	}
 	for _, p := range []string{dir, cfg} {
 		if err := chown(p); err != nil {
-			cleanup()
-			return "", nil, err
+			return "", err
 		}
 	}
+	return cfg, nil
+}
+
+// pgbouncerProcess is a running PgBouncer.
+type pgbouncerProcess struct {
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when it has exited
+	logPath string
+	logf    *os.File
+}
+
+// runPgBouncer starts bin with the configuration cfg as attr says, its
+// output going to logPath.
+func runPgBouncer(bin, cfg string, attr *syscall.SysProcAttr, logPath string) (*pgbouncerProcess, error) {
 	cmd := exec.Command(bin, cfg)
 	cmd.SysProcAttr = attr
 	termWithParent(cmd.SysProcAttr)
-	logPath := filepath.Join(dir, "pgbouncer.log")
 	logf, err := os.Create(logPath)
 	if err != nil {
-		cleanup()
-		return "", nil, err
+		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		cleanup()
-		return "", nil, fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		logf.Close()
-		cleanup()
+	p := &pgbouncerProcess{cmd: cmd, exited: make(chan struct{}), logPath: logPath, logf: logf}
+	go func() { _ = cmd.Wait(); close(p.exited) }()
+	return p, nil
+}
+
+// stop ends the process, with SIGTERM, or after 10s SIGKILL.
+func (p *pgbouncerProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
 	}
-	u := fmt.Sprintf("postgres://%s@127.0.0.1:%d/%s?sslmode=disable", neturl.PathEscape(user), listen, neturl.PathEscape(db))
+	p.logf.Close()
+}
+
+// await waits until PgBouncer answers at u, for at most 30s. If it exits
+// first or does not answer, the error holds its log.
+func (p *pgbouncerProcess) await(u string) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		err := ping(u)
 		if err == nil {
-			return u, stop, nil
+			return nil
 		}
 		select {
-		case <-exited:
-			log, _ := os.ReadFile(logPath)
-			logf.Close()
-			cleanup()
-			return "", nil, fmt.Errorf("pgbouncer exited: %s", log)
+		case <-p.exited:
+			log, _ := os.ReadFile(p.logPath)
+			return fmt.Errorf("pgbouncer exited: %s", log)
 		default:
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(logPath)
-			stop()
-			return "", nil, fmt.Errorf("pgbouncer did not answer within 30s: %w: %s", err, log)
+			log, _ := os.ReadFile(p.logPath)
+			return fmt.Errorf("pgbouncer did not answer within 30s: %w: %s", err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
