@@ -9,7 +9,7 @@ import (
 // not attempt because an earlier message of the batch failed with a
 // retryable error. It is retryable: deliver them again after the earlier
 // one.
-var ErrNotAttempted = errors.New("inbox: not attempted: an earlier message of the batch failed")
+var ErrNotAttempted = errors.New("not attempted: an earlier message of the batch failed")
 
 // BatchResult is the result of one message of a batch: an Outcome, or an
 // error that means the message was not applied.

@@ -196,7 +196,7 @@ func (a *Admin) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLet
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// Drivers name the id in their error too: say it once.
-		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, trimPrefix{ErrNotFound})
+		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, ErrNotFound)
 	case err != nil:
 		return nil, fmt.Errorf("inbox: dead letter %d: %w", id, a.classify(err))
 	}
@@ -219,7 +219,7 @@ func (c *Client[TTx]) ProcessDeadLetter(ctx context.Context, id int64, h Handler
 	}
 	outcome, err := c.Process(ctx, d.Consumer, deadLetterMessage(d), h)
 	if err != nil {
-		return 0, fmt.Errorf("inbox: replay dead letter %d: %w", id, trimPrefix{err})
+		return 0, wrapf(err, "replay dead letter %d", id)
 	}
 	if _, err := c.driver.DeadLetterDelete(ctx, id); err != nil {
 		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.classify(err))
@@ -235,7 +235,7 @@ func (a *Admin) DeleteDeadLetter(ctx context.Context, id int64) error {
 		return fmt.Errorf("inbox: delete dead letter %d: %w", id, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: delete dead letter %d: %w", id, trimPrefix{ErrNotFound})
+		return fmt.Errorf("inbox: delete dead letter %d: %w", id, ErrNotFound)
 	}
 	return nil
 }

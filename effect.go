@@ -251,7 +251,7 @@ func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxt
 	}
 	if p.MessageID != "" {
 		if lp.ID, err = a.canonicalID(p.MessageID); err != nil {
-			return nil, fmt.Errorf("inbox: list effects: %w", trimPrefix{err})
+			return nil, wrapf(err, "list effects")
 		}
 	}
 	switch p.State {
@@ -309,7 +309,7 @@ func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error 
 		return fmt.Errorf("inbox: resolve effect %s: %w", where, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: resolve effect %s: no started step: %w", where, trimPrefix{ErrNotFound})
+		return fmt.Errorf("inbox: resolve effect %s: no started step: %w", where, ErrNotFound)
 	}
 	a.logger.InfoContext(ctx, "inbox: effect resolved by an operator", "consumer", p.Consumer, "id", id, "step", p.Step, "state", p.State)
 	return nil

@@ -3,29 +3,30 @@ package inbox
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/txinbox/inbox/inboxdriver"
 )
 
 // Sentinel errors. Test for them with errors.Is: the errors the client
-// returns wrap them with the consumer, the id and the cause.
+// returns wrap them with the consumer, the id and the cause. A sentinel's
+// text is its meaning alone ("message has no id"), as river's and pgx's
+// are; the error that wraps it says "inbox: " once, at the front.
 var (
 	// ErrNoMessageID is returned by a KeyFunc, Process, ClaimTx and
 	// ProcessBatch when a message carries no id, or an empty one. Such a
 	// message is never applied: adapters dead-letter it.
-	ErrNoMessageID = errors.New("inbox: message has no id")
+	ErrNoMessageID = errors.New("message has no id")
 
 	// ErrMalformedID is returned when a message's id is not valid for the
 	// configured IDFormat, or a KeyFunc cannot read it (a payload that is
 	// not JSON, a field that is not a string). Such a message is never
 	// applied: adapters dead-letter it.
-	ErrMalformedID = errors.New("inbox: malformed message id")
+	ErrMalformedID = errors.New("malformed message id")
 
 	// ErrInvalidConsumer is returned, before any SQL runs, when a consumer
 	// name is empty, longer than MaxConsumerLen bytes, not printable UTF-8,
 	// or has surrounding white space.
-	ErrInvalidConsumer = errors.New("inbox: invalid consumer name")
+	ErrInvalidConsumer = errors.New("invalid consumer name")
 
 	// ErrNotFound is returned by Forget and the dead-letter lookups when
 	// there is no such row.
@@ -34,7 +35,7 @@ var (
 	// ErrWindowTooShort is returned by Purge and RunCleaner when asked to
 	// delete rows younger than Config.ReplayHorizon: inside that horizon a
 	// replayed message would look new and be applied again.
-	ErrWindowTooShort = errors.New("inbox: purge window is shorter than the replay horizon")
+	ErrWindowTooShort = errors.New("purge window is shorter than the replay horizon")
 
 	// ErrLockTimeout is returned when a claim waited longer than
 	// Config.LockTimeout for a lock: most often behind an uncommitted
@@ -42,24 +43,24 @@ var (
 	// on the whole inbox table (a migration, VACUUM FULL, LOCK TABLE). It is
 	// retryable: by then the other delivery has usually committed, and the
 	// retry is a Duplicate.
-	ErrLockTimeout = errors.New("inbox: claim timed out waiting for a lock")
+	ErrLockTimeout = errors.New("claim timed out waiting for a lock")
 
 	// ErrConflict is returned when a transaction still failed with a
 	// serialization failure or a deadlock after Config.MaxConflictRetries
 	// retries. It is retryable.
-	ErrConflict = errors.New("inbox: serialization failure or deadlock")
+	ErrConflict = errors.New("serialization failure or deadlock")
 
 	// ErrUnavailable is returned when the store cannot be reached, or a
 	// connection broke. It is retryable and never a reason to dead-letter.
 	// When it comes from a commit, the commit's outcome is unknown: do not
 	// ack, and let the redelivery find out. A handler may wrap it, or use
 	// Unavailable, to say its failure is not the message's.
-	ErrUnavailable = errors.New("inbox: store unavailable")
+	ErrUnavailable = errors.New("store unavailable")
 
 	// ErrPermissionDenied is returned when the store refused a statement
 	// for want of a privilege: RunCleaner returns it when its role may not
 	// DELETE from the inbox (see docs/GRANTS.md).
-	ErrPermissionDenied = errors.New("inbox: permission denied")
+	ErrPermissionDenied = errors.New("permission denied")
 
 	// ErrNotMigrated is returned when a table or column that the store
 	// needs does not exist: the tables are missing, or not migrated to the
@@ -67,7 +68,7 @@ var (
 	// inboxmigrate). The operations of Admin and package outbox return it;
 	// a consumer's claim on such a store is the store's failure, never the
 	// message's.
-	ErrNotMigrated = errors.New("inbox: the inbox tables are missing or not migrated")
+	ErrNotMigrated = errors.New("the inbox tables are missing or not migrated")
 
 	// ErrUnknownOutcome is returned by Client.Effect for a step declared
 	// NonIdempotent whose earlier attempt was recorded started but never
@@ -77,17 +78,17 @@ var (
 	// the message at once with ReasonUnknownOutcome, for a human to check
 	// with the provider, settle the step with Admin.ResolveEffect and
 	// replay the dead letter.
-	ErrUnknownOutcome = errors.New("inbox: outcome of a non-idempotent remote call is unknown")
+	ErrUnknownOutcome = errors.New("outcome of a non-idempotent remote call is unknown")
 
 	// ErrInvalidStep is returned by Client.Effect, before any SQL runs, when
 	// a step name is empty, longer than MaxStepLen bytes, not printable
 	// UTF-8, or has surrounding white space.
-	ErrInvalidStep = errors.New("inbox: invalid effect step name")
+	ErrInvalidStep = errors.New("invalid effect step name")
 
 	// ErrEffectsUnsupported is returned by Client.Effect and the other
 	// effect-ledger methods when the client's driver keeps no effects ledger
 	// (it does not implement inboxdriver.EffectStore).
-	ErrEffectsUnsupported = errors.New("inbox: the store keeps no effects ledger")
+	ErrEffectsUnsupported = errors.New("the store keeps no effects ledger")
 )
 
 // Permanent marks err as a failure that retrying cannot fix, such as a
@@ -143,18 +144,49 @@ type PanicError struct {
 	Stack []byte
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("inbox: handler panicked: %v", e.Value) }
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
-// marked wraps err with a sentinel, for errors.Is, in a text that does not
-// repeat "inbox:": "store unavailable: dial tcp …".
+// marked wraps err with a sentinel, for errors.Is: "store unavailable: dial
+// tcp …".
 func marked(sentinel, err error) error {
 	return &markedError{sentinel: sentinel, err: err}
 }
 
 type markedError struct{ sentinel, err error }
 
-func (e *markedError) Error() string {
-	return strings.TrimPrefix(e.sentinel.Error(), "inbox: ") + ": " + e.err.Error()
+func (e *markedError) Error() string   { return e.sentinel.Error() + ": " + e.err.Error() }
+func (e *markedError) Unwrap() []error { return []error{e.sentinel, e.err} }
+
+// prefixed is an error of this package whose text starts "inbox: ". An
+// error of the package that wraps one words it by the rest of its text, so
+// that "inbox: " is said once, however deep the wrapping.
+type prefixed interface {
+	error
+	unprefixed() string
 }
 
-func (e *markedError) Unwrap() []error { return []error{e.sentinel, e.err} }
+// causeText is err's text as the cause in an error of this package.
+func causeText(err error) string {
+	if p, ok := err.(prefixed); ok {
+		return p.unprefixed()
+	}
+	return err.Error()
+}
+
+// opError is an operation of this package that failed: "inbox: " what was
+// done, then the cause.
+type opError struct {
+	what string
+	err  error
+}
+
+// wrapf returns err as the cause of the operation that format and args
+// name: "inbox: replay dead letter 7: " and err's text without a second
+// "inbox: ".
+func wrapf(err error, format string, args ...any) error {
+	return &opError{what: fmt.Sprintf(format, args...), err: err}
+}
+
+func (e *opError) Error() string      { return "inbox: " + e.unprefixed() }
+func (e *opError) unprefixed() string { return e.what + ": " + causeText(e.err) }
+func (e *opError) Unwrap() error      { return e.err }

@@ -66,6 +66,9 @@ type StageError struct {
 
 func (e *StageError) Error() string { return e.Err.Error() }
 
+// unprefixed lets an error of the package that wraps e say "inbox: " once.
+func (e *StageError) unprefixed() string { return causeText(e.Err) }
+
 // Unwrap returns the wrapped error.
 func (e *StageError) Unwrap() error { return e.Err }
 

@@ -25,7 +25,7 @@ func (a *Admin) Forget(ctx context.Context, consumer, id string) error {
 		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, a.classify(err))
 	}
 	if !ok {
-		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, trimPrefix{ErrNotFound})
+		return fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
 	}
 	a.logger.InfoContext(ctx, "inbox: forgot a message; its next delivery applies again", "consumer", consumer, "id", canon)
 	return nil
@@ -54,7 +54,7 @@ func (a *Admin) ForgetCount(ctx context.Context, consumer, id string) (ForgetRes
 		return ForgetResult{}, fmt.Errorf("inbox: count the rows to forget of %s/%s: %w", consumer, canon, a.classify(err))
 	}
 	if n.Inbox == 0 && n.Effects == 0 {
-		return ForgetResult{}, fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, trimPrefix{ErrNotFound})
+		return ForgetResult{}, fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
 	}
 	return ForgetResult{InboxRows: n.Inbox, Effects: n.Effects}, nil
 }

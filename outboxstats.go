@@ -11,7 +11,7 @@ import (
 
 // ErrNoOutbox is returned by Admin.OutboxStats when the store keeps no
 // outbox (it does not implement inboxdriver.OutboxAdmin).
-var ErrNoOutbox = errors.New("inbox: the store keeps no outbox")
+var ErrNoOutbox = errors.New("the store keeps no outbox")
 
 // OutboxStats describe a store's outbox (package outbox): the producer's
 // events that relays have not published yet.

@@ -20,24 +20,24 @@ var (
 	// ErrIDExpired is returned when a message's id is older than the
 	// inbox's oldest partition: its day was dropped, so whether it was
 	// applied can no longer be told. It is a replay beyond retention.
-	ErrIDExpired = errors.New("inbox: message id is older than the inbox's retention")
+	ErrIDExpired = errors.New("message id is older than the inbox's retention")
 
 	// ErrIDFuture is returned when a message's id is beyond the inbox's
 	// newest partition and further ahead of the database's clock than the
 	// store's PartitionConfig.MaxSkew: a producer's clock is wrong.
-	ErrIDFuture = errors.New("inbox: message id is from too far in the future")
+	ErrIDFuture = errors.New("message id is from too far in the future")
 
 	// ErrIDNotTimeOrdered is returned, before any SQL runs, when a
 	// message's id does not carry its time: a UUID of a version other than
 	// 7. (With IDFormatULID, a ULID carries its time and is stored as the
 	// UUID of the same 128 bits.)
-	ErrIDNotTimeOrdered = errors.New("inbox: message id is not time-ordered (want a UUIDv7 or a ULID)")
+	ErrIDNotTimeOrdered = errors.New("message id is not time-ordered (want a UUIDv7 or a ULID)")
 
 	// ErrNoPartition is returned when a message's id is of a time for which
 	// partition maintenance has not made a partition yet: it has not run,
 	// or not for a while (RunCleaner runs it, as does 'inbox partitions
 	// premake'). It is retryable.
-	ErrNoPartition = errors.New("inbox: no partition made yet for the message id's time")
+	ErrNoPartition = errors.New("no partition made yet for the message id's time")
 )
 
 // The dead-letter reasons of a partitioned inbox's refusals.
@@ -93,8 +93,8 @@ func (c *Config) validatePartitions(d inboxdriver.Admin) error {
 // checks it with it before it reaches a store.
 func CheckPartitionRetention(retention, horizon, skew time.Duration) error {
 	if retention < horizon+skew {
-		return fmt.Errorf("inbox: a retention of %s is shorter than the replay horizon %s plus the producers' clock skew %s (PartitionConfig.MaxSkew): the partitioned inbox counts retention from the event's time, and a replay inside the horizon would find its day dropped: %w",
-			FormatDuration(retention), FormatDuration(horizon), FormatDuration(skew), trimPrefix{ErrWindowTooShort})
+		return wrapf(ErrWindowTooShort, "a retention of %s is shorter than the replay horizon %s plus the producers' clock skew %s (PartitionConfig.MaxSkew): the partitioned inbox counts retention from the event's time, and a replay inside the horizon would find its day dropped",
+			FormatDuration(retention), FormatDuration(horizon), FormatDuration(skew))
 	}
 	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
@@ -310,7 +309,7 @@ func (c *Client[TTx]) claimFailure(consumer string, msgs []Message, err error) e
 
 // idFailure is the failure of a message whose id is missing or malformed.
 func idFailure(consumer string, err error) error {
-	return fmt.Errorf("inbox: consumer %s: %w", consumer, trimPrefix{err})
+	return wrapf(err, "consumer %s", consumer)
 }
 
 // failureError is an error the client returns, worded once.
@@ -322,19 +321,13 @@ type failureError struct {
 	err      error
 }
 
-func (e *failureError) Error() string {
+func (e *failureError) unprefixed() string {
 	where := e.consumer + "/" + e.id
 	if e.n > 1 {
 		where += fmt.Sprintf(" (batch of %d)", e.n)
 	}
-	return "inbox: " + e.stage.String() + " " + where + ": " + trimPrefix{e.err}.Error()
+	return e.stage.String() + " " + where + ": " + causeText(e.err)
 }
 
+func (e *failureError) Error() string { return "inbox: " + e.unprefixed() }
 func (e *failureError) Unwrap() error { return e.err }
-
-// trimPrefix is err without the "inbox: " its text starts with, when it is
-// wrapped in a text that says it already.
-type trimPrefix struct{ err error }
-
-func (e trimPrefix) Error() string { return strings.TrimPrefix(e.err.Error(), "inbox: ") }
-func (e trimPrefix) Unwrap() error { return e.err }

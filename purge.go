@@ -31,8 +31,8 @@ type PurgeParams struct {
 // checks it; a tool checks it with it before it reaches a store.
 func CheckPurgeWindow(olderThan, horizon time.Duration) error {
 	if olderThan < horizon {
-		return fmt.Errorf("inbox: purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new: %w",
-			FormatDuration(olderThan), FormatDuration(horizon), trimPrefix{ErrWindowTooShort})
+		return wrapf(ErrWindowTooShort, "purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new",
+			FormatDuration(olderThan), FormatDuration(horizon))
 	}
 	return nil
 }
@@ -92,7 +92,7 @@ func (a *Admin) Purge(ctx context.Context, p PurgeParams) (int64, error) {
 			return total, nil
 		}
 		if err := a.rest(ctx, time.Since(start)); err != nil {
-			return total, fmt.Errorf("inbox: purge after %d rows: %w", total, trimPrefix{err})
+			return total, wrapf(err, "purge after %d rows", total)
 		}
 	}
 }
@@ -127,10 +127,10 @@ func (a *Admin) rest(ctx context.Context, worked time.Duration) error {
 func (a *Admin) RunCleaner(ctx context.Context) error {
 	if a.config.Retention < a.config.ReplayHorizon {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
-			FormatDuration(a.config.Retention), FormatDuration(a.config.ReplayHorizon), trimPrefix{ErrWindowTooShort})
+			FormatDuration(a.config.Retention), FormatDuration(a.config.ReplayHorizon), ErrWindowTooShort)
 	}
 	if err := a.config.validatePartitions(a.driver); err != nil {
-		return fmt.Errorf("inbox: cleaner: %w", trimPrefix{err})
+		return wrapf(err, "cleaner")
 	}
 	lockKey := "inbox-cleaner:" + a.driver.Tables().Schema + "." + a.driver.Tables().Inbox
 	ticker := time.NewTicker(a.config.CleanerInterval)
@@ -151,7 +151,7 @@ func (a *Admin) RunCleaner(ctx context.Context) error {
 			return nil
 		case errors.Is(err, ErrPermissionDenied):
 			a.logger.ErrorContext(ctx, "inbox: cleaner stopped: the store refused the purge for want of a privilege", "err", err)
-			return fmt.Errorf("inbox: cleaner: %w", trimPrefix{err})
+			return wrapf(err, "cleaner")
 		case err != nil:
 			a.logger.ErrorContext(ctx, "inbox: cleaner failed", "err", err)
 		case !ran:

@@ -12,7 +12,7 @@ import (
 // ErrReplayUnsupported is returned by Admin.ReplayDeadLetters and
 // Client.ProcessReplays when the driver
 // keeps no replay requests (it does not implement inboxdriver.ReplayStore).
-var ErrReplayUnsupported = errors.New("inbox: the store keeps no replay requests")
+var ErrReplayUnsupported = errors.New("the store keeps no replay requests")
 
 // MaxReplayPerCall bounds the dead letters that one call of
 // ProcessReplays replays. Call it again for the rest.
@@ -156,7 +156,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		return ReplayResult{DeadLetter: d, Outcome: outcome}, nil
 	}
 	if storeFailure(err) {
-		return ReplayResult{}, fmt.Errorf("inbox: replay dead letter %d: %w", d.ID, trimPrefix{err})
+		return ReplayResult{}, wrapf(err, "replay dead letter %d", d.ID)
 	}
 	if derr := c.DeadLetter(ctx, DeadLetterParams{Consumer: d.Consumer, Message: msg, Err: err, Attempts: d.Attempts + 1}); derr != nil {
 		return ReplayResult{}, derr

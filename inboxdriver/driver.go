@@ -24,7 +24,7 @@ import (
 
 // ErrNotFound is returned by lookups of a row that does not exist. The root
 // package re-exports it as inbox.ErrNotFound.
-var ErrNotFound = errors.New("inbox: not found")
+var ErrNotFound = errors.New("not found")
 
 // Driver is what a store provides to the client. TTx is the store's own
 // transaction type (pgx.Tx, *sql.Tx), which handlers receive unchanged.
@@ -79,7 +79,7 @@ type Pipelined interface {
 // ErrDuplicate is returned by Commit of a deferred claim (see
 // Driver.BeginClaim) that found an id already claimed: nothing was
 // committed. The client runs the transaction again, claim first.
-var ErrDuplicate = errors.New("inbox: a deferred claim found a duplicate")
+var ErrDuplicate = errors.New("a deferred claim found a duplicate")
 
 // WorkError is returned by Commit of a deferred claim (see
 // Driver.BeginClaim) when the statements the handler queued failed: the

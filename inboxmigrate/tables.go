@@ -32,7 +32,7 @@ func (s *schema) tables(version int) []string {
 // migrations whose tables the store lacks: tables migrated under other
 // names in the same schema (one version table serves one set of names), or
 // dropped by hand. Up then changes nothing.
-var ErrTablesMissing = errors.New("inbox: tables of applied migrations are missing")
+var ErrTablesMissing = errors.New("tables of applied migrations are missing")
 
 // Missing returns the tables that the applied migrations made and that the
 // store lacks, only reading; see ErrTablesMissing. It needs a store that

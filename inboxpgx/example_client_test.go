@@ -180,5 +180,5 @@ func ExampleJSONKey() {
 	fmt.Println(err)
 	// Output:
 	// 0190c8e4-7b3a-7cc1-9f00-2b7c4e1d9a55 <nil>
-	// json field "meta.event_id": inbox: message has no id: no field "meta"
+	// json field "meta.event_id": message has no id: no field "meta"
 }

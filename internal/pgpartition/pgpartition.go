@@ -479,4 +479,4 @@ func (m *Maintainer) Miss(ctx context.Context, ids []string, cause error) error 
 
 // ErrNotPartitioned is returned by a store's partition methods when its
 // Tables.Layout is not partitioned.
-var ErrNotPartitioned = errors.New("inbox: the store's Tables.Layout is not partitioned")
+var ErrNotPartitioned = errors.New("the store's Tables.Layout is not partitioned")
