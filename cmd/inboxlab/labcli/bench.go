@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -43,6 +44,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	relayRounds := fs.Int("relay-rounds", 0, "rounds of every drain row (default 5 quick, 7 full)")
 	seed := fs.Uint64("seed", 1, "seed of the message streams and of the order of the rounds")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (this process: the bench, the adapters and any broker embedded in it) to this file, for go tool pprof")
+	memProfile := fs.String("memprofile", "", "write a profile of the memory this process allocated during the run to this file, for go tool pprof -sample_index=alloc_space")
 	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
@@ -117,6 +119,10 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer writeHeapProfile(e, *memProfile)
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		var ce *bench.ConfigError
@@ -152,4 +158,19 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// writeHeapProfile writes the allocations profile to path; a failure is
+// reported on stderr, the run's report stands.
+func writeHeapProfile(e *Env, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "inboxlab bench: --memprofile: %v\n", err)
+	}
 }
