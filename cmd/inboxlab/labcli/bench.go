@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +27,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	dbURL := fs.String("database-url", "", "the Postgres server; a random schema is created in it and dropped at the end (default $DATABASE_URL, then "+bench.DefaultDatabaseURL+")")
 	redisAddr := fs.String("redis-addr", bench.DefaultRedisAddr, "the Redis of the redis-setnx row; empty leaves that row out")
 	amqpURL := fs.String("amqp-url", bench.DefaultAMQPURL, "the RabbitMQ of the rabbitmq-… rows; empty leaves them out, as does a server that does not answer (the report says so)")
+	natsURL := fs.String("nats-url", "", "the NATS server, with JetStream, of the nats-… rows (a stream named after the run's schema is created and deleted); empty runs one in this process")
 	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(bench.Names(), ", "))
 	workersFlag := fs.String("workers", "", "comma-separated worker counts (default 1,8)")
 	var warmup, duration, purgeBaseline, idDuration command.Duration
@@ -39,6 +43,8 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	relayBacklogs := fs.String("relay-backlogs", "", "comma-separated backlogs of the relay-… drain rows: the ordered rows drain each, the unordered ones the largest; 0 leaves them out (default 10000,100000)")
 	relayRounds := fs.Int("relay-rounds", 0, "rounds of every drain row (default 5 quick, 7 full)")
 	seed := fs.Uint64("seed", 1, "seed of the message streams and of the order of the rounds")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (this process: the bench, the adapters and any broker embedded in it) to this file, for go tool pprof")
+	memProfile := fs.String("memprofile", "", "write a profile of the memory this process allocated during the run to this file, for go tool pprof -sample_index=alloc_space")
 	if err := fs.Parse(args, 0); err != nil {
 		return err
 	}
@@ -55,6 +61,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	}
 	cfg.RedisAddr = *redisAddr
 	cfg.AMQPURL = *amqpURL
+	cfg.NATSURL = *natsURL
 	if *rowsFlag != "" {
 		cfg.Rows = splitList(*rowsFlag)
 	}
@@ -101,6 +108,21 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	}
 	cfg.Seed = *seed
 	cfg.Log = e.Stderr
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 64 << 10
+		defer writeHeapProfile(e, *memProfile)
+	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		var ce *bench.ConfigError
@@ -136,4 +158,19 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// writeHeapProfile writes the allocations profile to path; a failure is
+// reported on stderr, the run's report stands.
+func writeHeapProfile(e *Env, path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(e.Stderr, "inboxlab bench: --memprofile: %v\n", err)
+	}
 }

@@ -81,6 +81,11 @@ type Config struct {
 	// those rows out; a server that cannot be reached leaves them out too,
 	// and the report says why.
 	AMQPURL string
+	// NATSURL is the NATS server, with JetStream, of the nats-… rows.
+	// Empty runs one in this process, so that the rows need no set-up; a
+	// server that cannot be reached leaves the rows out, and the report
+	// says why.
+	NATSURL string
 	// Rows names the rows to run, all if empty.
 	Rows []string
 	// Workers are the worker counts each row runs at.

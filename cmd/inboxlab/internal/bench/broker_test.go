@@ -8,9 +8,11 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/broker/brokertest"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -132,4 +134,30 @@ func TestAMQPURLMalformed(t *testing.T) {
 	var ce *ConfigError
 	require.ErrorAs(t, err, &ce)
 	require.Contains(t, err.Error(), "Config.AMQPURL")
+}
+
+// With a NATS URL the nats rows run on that server, in a stream named
+// after the run's schema, which is deleted at the end.
+func TestNATSRowsAtURL(t *testing.T) {
+	t.Parallel()
+	url := testdb.NATSURL()
+	brokertest.RequireServer(t, "NATS", url)
+	cfg := small(t, "nats-bare-ack", "nats-inbox-batch-100")
+	cfg.Workers = []int{1}
+	cfg.NATSURL = url
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	require.NoError(t, err)
+	require.Empty(t, rep.Skipped)
+	require.Len(t, rep.Results, 2)
+	for _, res := range rep.Results {
+		require.Positive(t, res.Msgs, "%s", res.Name)
+	}
+
+	nc, js, err := broker.ConnectNATS(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	_, err = js.Stream(ctx, strings.ToUpper(rep.Settings.Schema))
+	require.ErrorIs(t, err, jetstream.ErrStreamNotFound)
 }
