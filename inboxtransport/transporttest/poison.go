@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/outbox"
 )
 
 func poisonCases[TTx any]() []testCase[TTx] {
@@ -78,10 +79,10 @@ func testKeyFuncErrorIsMalformedID[TTx any](t *testing.T, tr Transport[TTx]) {
 	good := newID()
 	e.publish(msg(good, event{N: 1}), msg("", event{N: 2}))
 	key := func(m inbox.Message) (string, error) {
-		if m.Headers[HeaderEventID] == "" {
+		if m.Headers[outbox.HeaderEventID] == "" {
 			return "", errors.New("the id field is encrypted with a key we lost")
 		}
-		return inbox.HeaderKey(HeaderEventID)(m)
+		return inbox.HeaderKey(outbox.HeaderEventID)(m)
 	}
 	r := e.start(e.handler(), e.settings(), ConsumerOptions[TTx]{Key: key}, nil)
 	e.waitApplied(good)
