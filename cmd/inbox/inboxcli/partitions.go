@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/duration"
 )
 
 // runPartitions is 'inbox partitions list|premake|drop': the day
@@ -102,7 +103,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 		if sub == "drop" {
 			p.Retention = retention.Value
 			if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
-				return command.Usagef("--retention %s: %s", inbox.FormatDuration(p.Retention), command.Message(err))
+				return command.Usagef("--retention %s: %s", duration.Format(p.Retention), command.Message(err))
 			}
 		}
 		return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
@@ -168,7 +169,7 @@ func runPartitions(ctx context.Context, e *Env, args []string) error {
 // partition.
 func aheadOfSkew(ahead, skew time.Duration) error {
 	if ahead < skew {
-		return command.Usagef("--ahead %s is shorter than --max-skew %s: ids within the skew would find no partition", inbox.FormatDuration(ahead), inbox.FormatDuration(skew))
+		return command.Usagef("--ahead %s is shorter than --max-skew %s: ids within the skew would find no partition", duration.Format(ahead), duration.Format(skew))
 	}
 	return nil
 }
@@ -306,7 +307,7 @@ func coverage(out partitionsJSON) string {
 	}
 	return fmt.Sprintf("ids from %s to %s are taken: %s back and %s ahead of the database's clock (%s)",
 		out.Oldest.Format(time.DateOnly), out.Newest.Format(time.DateOnly),
-		inbox.FormatDuration(time.Duration(out.BackSecs)*time.Second), inbox.FormatDuration(time.Duration(out.AheadSecs)*time.Second),
+		duration.Format(time.Duration(out.BackSecs)*time.Second), duration.Format(time.Duration(out.AheadSecs)*time.Second),
 		out.Now.Format(time.RFC3339))
 }
 
