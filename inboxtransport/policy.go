@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // Delivery is one message a transport received, as the Policy sees it. A
@@ -405,12 +406,12 @@ func (p *Policy[TTx, D]) attempt(dl *Delivery) int {
 // delay is the backoff of dl after a failure: RetryBackoff doubled per
 // earlier delivery, capped.
 func (p *Policy[TTx, D]) delay(dl *Delivery) time.Duration {
-	return RetryDelay(p.cfg.RetryBackoff, p.cfg.MaxRetryBackoff, max(dl.Message.Source.Attempt, 1))
+	return retryDelay(p.cfg.RetryBackoff, p.cfg.MaxRetryBackoff, max(dl.Message.Source.Attempt, 1))
 }
 
-// RetryDelay is the backoff of a message that failed on its delivered-th
+// retryDelay is the backoff of a message that failed on its delivered-th
 // delivery: base doubled per earlier delivery, capped at maxDelay.
-func RetryDelay(base, maxDelay time.Duration, delivered int) time.Duration {
+func retryDelay(base, maxDelay time.Duration, delivered int) time.Duration {
 	d := base
 	for i := 1; i < delivered && d > 0 && d < maxDelay; i++ {
 		d *= 2
@@ -455,22 +456,6 @@ func (p *Policy[TTx, D]) Paused() time.Duration {
 // Wait waits out Paused, or until ctx is done.
 func (p *Policy[TTx, D]) Wait(ctx context.Context) {
 	if d := p.Paused(); d > 0 {
-		Sleep(ctx, d)
-	}
-}
-
-// Sleep waits for d, or until ctx is done, and reports whether ctx is
-// still not done.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+		transportkit.Sleep(ctx, d)
 	}
 }

@@ -134,7 +134,7 @@ func TestRetryDelay(t *testing.T) {
 		{0, time.Minute, 5, 0},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.want, RetryDelay(tt.base, tt.max, tt.delivered), "%+v", tt)
+		require.Equal(t, tt.want, retryDelay(tt.base, tt.max, tt.delivered), "%+v", tt)
 	}
 }
 

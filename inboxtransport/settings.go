@@ -132,16 +132,3 @@ func (s Settings) Validate() error {
 	}
 	return nil
 }
-
-// Complete is the start of a transport's New: it returns *c with its
-// defaults (withDefaults), checked (validate), or an error naming what is
-// missing when c is nil. name prefixes that error, required lists the
-// fields that have no default.
-func Complete[C any](name string, c *C, required string, withDefaults func(*C) C, validate func(*C) error) (C, error) {
-	if c == nil {
-		var zero C
-		return zero, fmt.Errorf("%s: New: config is nil: %s are required", name, required)
-	}
-	cfg := withDefaults(c)
-	return cfg, validate(&cfg)
-}
