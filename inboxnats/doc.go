@@ -93,7 +93,7 @@
 // these fetching also pauses, and the outage is logged once),
 // inbox.ErrLockTimeout (another delivery of the event held its claim),
 // cancellation at shutdown, and any failure while the streak breaker is
-// open (inbox.Config.StreakLimit distinct messages in a row failed alike:
+// open (Config.StreakLimit distinct messages in a row failed alike:
 // fetching pauses, then probes). The deliveries that were not attempts are
 // counted in this process only: a consumer that restarts counts a
 // message's earlier deliveries in full.

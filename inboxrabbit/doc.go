@@ -85,7 +85,7 @@
 // these consuming also pauses, and the outage is logged once),
 // inbox.ErrLockTimeout (another delivery of the event held its claim),
 // cancellation at shutdown, and any failure while the streak breaker is
-// open (inbox.Config.StreakLimit distinct messages in a row failed alike:
+// open (Config.StreakLimit distinct messages in a row failed alike:
 // consuming pauses, then probes).
 //
 // # The consumer timeout

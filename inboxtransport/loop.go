@@ -227,6 +227,8 @@ func NewLoop[TTx any, D Carrier](cfg LoopConfig[TTx, D]) (*Loop[TTx, D], error) 
 		MaxDeliveries:   cfg.MaxDeliveries,
 		RetryBackoff:    cfg.RetryBackoff,
 		MaxRetryBackoff: cfg.MaxRetryBackoff,
+		StreakLimit:     cfg.StreakLimit,
+		StreakPause:     cfg.StreakPause,
 		Name:            cfg.Name,
 		Logger:          cfg.Logger,
 		AbandonOnCancel: cfg.AbandonOnCancel,

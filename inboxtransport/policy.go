@@ -137,6 +137,11 @@ type Config[TTx any, D Carrier] struct {
 	// DefaultMaxRetryBackoff (1s and 1m).
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+	// StreakLimit and StreakPause configure the Breaker the policy makes
+	// when Breaker is nil (Settings). Default to DefaultStreakLimit and
+	// DefaultStreakPause (5 and 5s).
+	StreakLimit int
+	StreakPause time.Duration
 	// Name prefixes the policy's logs and errors, such as "inboxsqs".
 	Name   string
 	Logger *slog.Logger
@@ -147,8 +152,8 @@ type Config[TTx any, D Carrier] struct {
 	// consumer shutting down settles what it processed.
 	AbandonOnCancel bool
 	// Breaker is the breaker to judge failures with, when the transport
-	// keeps one across policies. Defaults to a new one, of Client's
-	// Config, logging to Logger.
+	// keeps one across policies. Defaults to a new one, of StreakLimit,
+	// StreakPause and Client's Config, logging to Logger.
 	Breaker *Breaker
 	// DeadLetter, when set, writes a dead letter instead of store alone:
 	// it may change p before it calls store, and send the message to the
@@ -205,7 +210,7 @@ func NewPolicy[TTx any, D Carrier](cfg Config[TTx, D]) (*Policy[TTx, D], error) 
 	}
 	b := cfg.Breaker
 	if b == nil {
-		b = NewBreaker(cfg.Consumer, cfg.Client.Config(), logger)
+		b = NewBreaker(cfg.Consumer, cfg.Client.Config(), Settings{StreakLimit: cfg.StreakLimit, StreakPause: cfg.StreakPause, Logger: logger})
 	}
 	return &Policy[TTx, D]{cfg: cfg, logger: logger, breaker: b, counts: newCounts(maxCounted)}, nil
 }

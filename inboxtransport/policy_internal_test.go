@@ -18,7 +18,7 @@ func (c *carrier) Delivery() *Delivery { return &c.tr }
 func testPolicy(maxAttempts int) *Policy[struct{}, *carrier] {
 	return &Policy[struct{}, *carrier]{
 		cfg:     Config[struct{}, *carrier]{MaxDeliveries: maxAttempts, RetryBackoff: time.Second, MaxRetryBackoff: time.Minute},
-		breaker: NewBreaker("billing", inbox.Config{}, nil),
+		breaker: NewBreaker("billing", inbox.Config{}, Settings{}),
 		counts:  newCounts(maxCounted),
 	}
 }

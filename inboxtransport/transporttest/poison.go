@@ -160,7 +160,7 @@ func (o *streakObserver) get() (int, inboxtransport.PauseEvent) {
 // and probes, and the rest are applied once the dependency is back.
 func testStreakBreaker[TTx any](t *testing.T, tr Transport[TTx]) {
 	obs := &streakObserver{}
-	e := newEnv(t, tr, QueueOptions{}, &inbox.Config{StreakLimit: 3, StreakPause: 50 * time.Millisecond, Observer: obs})
+	e := newEnv(t, tr, QueueOptions{}, &inbox.Config{Observer: obs})
 	ids := make([]string, 20)
 	var msgs []Message
 	for i := range ids {
@@ -179,6 +179,7 @@ func testStreakBreaker[TTx any](t *testing.T, tr Transport[TTx]) {
 	})
 	s := e.settings()
 	s.MaxDeliveries, s.MaxBatch = 1, 1
+	s.StreakLimit, s.StreakPause = 3, 50*time.Millisecond
 	r := e.start(h, s, ConsumerOptions[TTx]{}, nil)
 	eventually(t, "the streak breaker to open and a probe to fail", func() (bool, error) {
 		n, _ := obs.get()
