@@ -21,8 +21,6 @@ const (
 	DefaultPurgeBatchSize     = 10_000
 	DefaultPurgeRest          = 3.0
 	DefaultCleanerInterval    = time.Hour
-	DefaultStreakLimit        = 5
-	DefaultStreakPause        = 5 * time.Second
 )
 
 // maxConflictBackoff caps the exponential backoff between conflict retries.
@@ -94,22 +92,6 @@ type Config struct {
 	// DefaultCleanerInterval (1h).
 	CleanerInterval time.Duration
 
-	// StreakLimit is how many distinct messages of one consumer in a row
-	// may fail with the same class of error before a transport adapter's
-	// breaker decides that the cause is not the messages: it stops counting
-	// attempts, so that it dead-letters none of them, pauses the consumer
-	// for StreakPause, and probes (see inboxtransport.Breaker). A success
-	// closes it. Keep
-	// it small: up to StreakLimit - 1 healthy messages can use up their
-	// attempts before it opens. Negative disables the breaker. Defaults to
-	// DefaultStreakLimit (5).
-	StreakLimit int
-
-	// StreakPause is the first pause of a consumer whose streak breaker
-	// opened. It doubles while the probes fail, up to 16 times. Defaults to
-	// DefaultStreakPause (5s).
-	StreakPause time.Duration
-
 	// Observer, if set, is told about every transaction and dead letter,
 	// for metrics and tracing; when it is also an
 	// inboxtransport.BreakerObserver, about the
@@ -163,15 +145,6 @@ func (c *Config) withDefaults() Config {
 	if out.CleanerInterval == 0 {
 		out.CleanerInterval = DefaultCleanerInterval
 	}
-	if out.StreakLimit == 0 {
-		out.StreakLimit = DefaultStreakLimit
-	}
-	if out.StreakLimit < 0 {
-		out.StreakLimit = 0
-	}
-	if out.StreakPause == 0 {
-		out.StreakPause = DefaultStreakPause
-	}
 	if out.Now == nil {
 		out.Now = time.Now
 	}
@@ -197,8 +170,6 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 		return fmt.Errorf("inbox: Config.PurgeRest must be a number up to 100, got %v", c.PurgeRest)
 	case c.CleanerInterval < 0:
 		return fmt.Errorf("inbox: Config.CleanerInterval must be positive, got %v", c.CleanerInterval)
-	case c.StreakPause < 0:
-		return fmt.Errorf("inbox: Config.StreakPause must be positive, got %v", c.StreakPause)
 	}
 	return nil
 }

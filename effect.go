@@ -8,13 +8,14 @@ import (
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/effectctx"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
 // EffectFunc performs one remote call, such as a card capture, and returns
 // its result, such as the provider's capture id, for the effects ledger to
 // keep. It must send key as the provider's idempotency key. ctx carries the
-// key too, for IdempotencyTransport.
+// key too, for inboxhttp.Transport.
 //
 // An error means the outcome is unknown (a timeout, a 5xx, a broken
 // connection): the step stays started. Wrap the error with NoEffect when
@@ -39,8 +40,6 @@ const MaxStepLen = inboxdriver.MaxStepLen
 
 type consumerKey struct{}
 
-type effectKeyKey struct{}
-
 // WithConsumer returns a context that names consumer, for Client.Effect.
 // Process, ProcessBatch and ProcessBatchOrdered already pass such a context
 // to the handler; use WithConsumer with ClaimTx, where the caller runs the
@@ -60,8 +59,7 @@ func ConsumerFromContext(ctx context.Context) (string, bool) {
 // belongs to, as the context that Client.Effect passes to an EffectFunc
 // does.
 func EffectKeyFromContext(ctx context.Context) (string, bool) {
-	k, ok := ctx.Value(effectKeyKey{}).(string)
-	return k, ok
+	return effectctx.Key(ctx)
 }
 
 // NoEffect marks an error returned by an EffectFunc as a failure that
@@ -172,7 +170,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	fault.Inject(ctx, fault.EffectAfterStarted)
 
 	key := EffectKey(consumer, id, step)
-	result, callErr := fn(context.WithValue(ctx, effectKeyKey{}, key), key)
+	result, callErr := fn(effectctx.With(ctx, key), key)
 
 	// The call has happened: record its outcome even if ctx was cancelled
 	// meanwhile, or a redelivery would find the step started.

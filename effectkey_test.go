@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"net/http"
 	"strings"
 	"testing"
 
@@ -71,15 +70,6 @@ func TestEffectKeyBoundaries(t *testing.T) {
 		require.False(t, dup, "%q and %q share the key %q", prev, tr, k)
 		seen[k] = tr
 	}
-}
-
-func TestSetIdempotencyKey(t *testing.T) {
-	t.Parallel()
-	req, err := http.NewRequest(http.MethodPost, "http://provider.invalid/captures", nil)
-	require.NoError(t, err)
-	key := inbox.EffectKey("billing", "0190b3c4-5d6e-7f80-9a1b-2c3d4e5f6a7b", "capture")
-	inbox.SetIdempotencyKey(req, key)
-	require.Equal(t, key, req.Header.Get("Idempotency-Key"))
 }
 
 // FuzzEffectKey checks, for any three strings, that the key is within the

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-func parseTestDuration(s string) (time.Duration, error) { return time.ParseDuration(s) }
 
 func TestHeaderKey(t *testing.T) {
 	t.Parallel()

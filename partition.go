@@ -8,6 +8,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/duration"
 )
 
 // The errors of an inbox in the partitioned layout
@@ -94,7 +95,7 @@ func (c *Config) validatePartitions(d inboxdriver.Admin) error {
 func CheckPartitionRetention(retention, horizon, skew time.Duration) error {
 	if retention < horizon+skew {
 		return wrapf(ErrWindowTooShort, "a retention of %s is shorter than the replay horizon %s plus the producers' clock skew %s (PartitionConfig.MaxSkew): the partitioned inbox counts retention from the event's time, and a replay inside the horizon would find its day dropped",
-			FormatDuration(retention), FormatDuration(horizon), FormatDuration(skew))
+			duration.Format(retention), duration.Format(horizon), duration.Format(skew))
 	}
 	return nil
 }

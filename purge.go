@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/internal/duration"
 )
 
 // PurgeParams say which inbox rows Purge deletes.
@@ -32,7 +33,7 @@ type PurgeParams struct {
 func CheckPurgeWindow(olderThan, horizon time.Duration) error {
 	if olderThan < horizon {
 		return wrapf(ErrWindowTooShort, "purge of rows older than %s refused: the replay horizon is %s, and a replay inside it would look new",
-			FormatDuration(olderThan), FormatDuration(horizon))
+			duration.Format(olderThan), duration.Format(horizon))
 	}
 	return nil
 }
@@ -127,7 +128,7 @@ func (a *Admin) rest(ctx context.Context, worked time.Duration) error {
 func (a *Admin) RunCleaner(ctx context.Context) error {
 	if a.config.Retention < a.config.ReplayHorizon {
 		return fmt.Errorf("inbox: cleaner: Config.Retention %s is shorter than Config.ReplayHorizon %s: %w",
-			FormatDuration(a.config.Retention), FormatDuration(a.config.ReplayHorizon), ErrWindowTooShort)
+			duration.Format(a.config.Retention), duration.Format(a.config.ReplayHorizon), ErrWindowTooShort)
 	}
 	if err := a.config.validatePartitions(a.driver); err != nil {
 		return wrapf(err, "cleaner")
@@ -163,26 +164,4 @@ func (a *Admin) RunCleaner(ctx context.Context) error {
 		case <-ticker.C:
 		}
 	}
-}
-
-// FormatDuration formats d with days, as "14d" or "36h30m", for messages
-// about retention.
-func FormatDuration(d time.Duration) string {
-	const day = 24 * time.Hour
-	if d >= day && d%day == 0 {
-		return fmt.Sprintf("%dd", d/day)
-	}
-	if d >= day {
-		return fmt.Sprintf("%dd%s", d/day, trimZeroUnits((d % day).String()))
-	}
-	return trimZeroUnits(d.String())
-}
-
-func trimZeroUnits(s string) string {
-	for _, suffix := range []string{"0s", "0m"} {
-		if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix && (s[len(s)-len(suffix)-1] < '0' || s[len(s)-len(suffix)-1] > '9') {
-			s = s[:len(s)-len(suffix)]
-		}
-	}
-	return s
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/duration"
 	"net/http"
 	"net/url"
 	"slices"
@@ -866,18 +867,18 @@ func ago(now, t time.Time) string {
 	}
 	d := now.Sub(t)
 	if d < 0 {
-		return "in " + inbox.FormatDuration((-d).Round(time.Second))
+		return "in " + duration.Format((-d).Round(time.Second))
 	}
-	return inbox.FormatDuration(d.Round(time.Second)) + " ago"
+	return duration.Format(d.Round(time.Second)) + " ago"
 }
 
 // fmtSeconds formats seconds as a duration, with its sign.
 func fmtSeconds(s float64) string {
 	d := time.Duration(s * float64(time.Second)).Round(time.Second)
 	if d < 0 {
-		return "−" + inbox.FormatDuration(-d)
+		return "−" + duration.Format(-d)
 	}
-	return inbox.FormatDuration(d)
+	return duration.Format(d)
 }
 
 func when(t time.Time) string {

@@ -10,7 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // A failed offset commit is sent again after a backoff that doubles, with
@@ -43,7 +43,7 @@ func (c *Consumer[TTx]) commitLoop(ctx context.Context) {
 			}
 			wait := bo.next()
 			c.logger.WarnContext(ctx, "inboxkafka: offset commit failed; retrying", "backoff", wait, "err", err)
-			if !inboxtransport.Sleep(ctx, wait) {
+			if !transportkit.Sleep(ctx, wait) {
 				return
 			}
 		}

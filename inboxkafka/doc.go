@@ -104,7 +104,7 @@
 // handler marked inbox.Unavailable are not the record's: the partition pauses with backoff and tries again, without
 // counting an attempt and without ever dead-lettering for it; the outage is
 // logged once. A handler's own io.EOF or net.Error is the record's. When
-// inbox.Config.StreakLimit distinct records in a row fail alike, the streak
+// Config.StreakLimit distinct records in a row fail alike, the streak
 // breaker pauses every partition and probes instead of using up their
 // attempts (Consumer.Breaker shows its state).
 //

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // revoked runs from kgo's OnPartitionsRevoked, before the rebalance goes
@@ -144,7 +144,7 @@ func (c *Consumer[TTx]) finish(ctx context.Context, ps []*partition) {
 		}
 		wait := bo.next()
 		c.logger.WarnContext(ctx, "inboxkafka: offset commit before a rebalance failed; retrying", "backoff", wait, "err", err)
-		if !inboxtransport.Sleep(cctx, wait) {
+		if !transportkit.Sleep(cctx, wait) {
 			c.logger.ErrorContext(ctx, "inboxkafka: gave up committing before a rebalance: the next owner redelivers the records, and finds them duplicates", "err", err)
 			break
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // TestTransport runs the transport conformance suite on kfake, a cluster
@@ -100,7 +101,7 @@ func (q *queue) Publish(ctx context.Context, msgs ...transporttest.Message) erro
 		recs[i] = &kgo.Record{Partition: int32(q.next % q.partitions), Value: m.Body}
 		q.next++
 		if m.ID != "" {
-			recs[i].Headers = []kgo.RecordHeader{{Key: transporttest.HeaderEventID, Value: []byte(m.ID)}}
+			recs[i].Headers = []kgo.RecordHeader{{Key: outbox.HeaderEventID, Value: []byte(m.ID)}}
 		}
 	}
 	q.mu.Unlock()

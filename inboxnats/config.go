@@ -61,7 +61,7 @@ type Config struct {
 	Consumer string
 
 	// Key reads the producer's event id from a message: inbox.HeaderKey
-	// with HeaderEventID, inbox.HeaderKey("Nats-Msg-Id") (see MsgIDKey), or
+	// with outbox.HeaderEventID, inbox.HeaderKey("Nats-Msg-Id") (see MsgIDKey), or
 	// inbox.JSONKey for a field of the payload. StreamSequenceKey is an
 	// explicit opt-in that is wrong whenever one event can be published
 	// twice; read its documentation first. Required: nothing in this
@@ -125,7 +125,7 @@ func (c *Config) validate() error {
 	case c.Durable == "":
 		return errors.New("inboxnats: Config.Durable is required: create a pull consumer on the stream and name it here")
 	case c.Key == nil:
-		return errors.New("inboxnats: Config.Key is required: read the producer's event id with inbox.HeaderKey(inboxnats.HeaderEventID) or inbox.JSONKey")
+		return errors.New("inboxnats: Config.Key is required: read the producer's event id with inbox.HeaderKey(outbox.HeaderEventID) or inbox.JSONKey")
 	case c.Ordered && c.Workers != 1:
 		return fmt.Errorf("inboxnats: Config.Workers must be 1 with Config.Ordered, got %d", c.Workers)
 	case c.Ordered && c.MaxBatch != 1:

@@ -9,10 +9,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
+	"github.com/txinbox/inbox/outbox"
 )
 
 func validConfig() *Config {
-	return &Config{Stream: "ORDERS", Durable: "billing", Consumer: "billing", Key: inbox.HeaderKey(HeaderEventID)}
+	return &Config{Stream: "ORDERS", Durable: "billing", Consumer: "billing", Key: inbox.HeaderKey(outbox.HeaderEventID)}
 }
 
 // TestConfigValidate: each field's error names it.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // ErrClosed is returned by Run when the NATS connection under it was
@@ -54,7 +55,7 @@ func New[TTx any](js jetstream.JetStream, client *inbox.Client[TTx], handler inb
 	if js == nil {
 		return nil, errors.New("inboxnats: New: JetStream is nil")
 	}
-	cfg, err := inboxtransport.Complete("inboxnats", config, "Stream, Durable, Consumer and Key", (*Config).withDefaults, (*Config).validate)
+	cfg, err := transportkit.Complete("inboxnats", config, "Stream, Durable, Consumer and Key", (*Config).withDefaults, (*Config).validate)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +154,7 @@ func (s *source[TTx]) lookup(ctx context.Context) (jetstream.Consumer, error) {
 		}
 		c.logger.WarnContext(ctx, "inboxnats: could not look the JetStream consumer up; trying again",
 			"stream", c.config.Stream, "durable", c.config.Durable, "backoff", backoff, "err", err)
-		inboxtransport.Sleep(ctx, backoff)
+		transportkit.Sleep(ctx, backoff)
 		backoff = min(backoff*2, maxFetchErrorBackoff)
 	}
 }

@@ -14,11 +14,6 @@ import (
 // delivers.
 const Transport = "nats"
 
-// HeaderEventID is the header that carries the producer's event id, as
-// the outbox and the other adapters name it. Read it with
-// inbox.HeaderKey(HeaderEventID).
-const HeaderEventID = "event-id"
-
 // delivery is one fetched message while the consumer holds it: from the
 // fetch until it is acknowledged, naked or terminated.
 type delivery struct {

@@ -37,7 +37,7 @@
 //			Stream:   "ORDERS",
 //			Durable:  "billing",
 //			Consumer: "billing",
-//			Key:      inbox.HeaderKey(inboxnats.HeaderEventID),
+//			Key:      inbox.HeaderKey(outbox.HeaderEventID),
 //		})
 //	if err != nil {
 //		return err
@@ -93,7 +93,7 @@
 // these fetching also pauses, and the outage is logged once),
 // inbox.ErrLockTimeout (another delivery of the event held its claim),
 // cancellation at shutdown, and any failure while the streak breaker is
-// open (inbox.Config.StreakLimit distinct messages in a row failed alike:
+// open (Config.StreakLimit distinct messages in a row failed alike:
 // fetching pauses, then probes). The deliveries that were not attempts are
 // counted in this process only: a consumer that restarts counts a
 // message's earlier deliveries in full.
@@ -113,7 +113,7 @@
 // # Keys
 //
 // The inbox key is the producer's event id, read by Config.Key: the
-// event-id header (inbox.HeaderKey(HeaderEventID)), the Nats-Msg-Id header
+// event-id header (inbox.HeaderKey(outbox.HeaderEventID)), the Nats-Msg-Id header
 // when the producer sets it to its event id (MsgIDKey), or a field of the
 // payload (inbox.JSONKey). NATS headers reach the handler as
 // inbox.Message.Headers, the first value of each. StreamSequenceKey uses

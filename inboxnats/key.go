@@ -48,7 +48,7 @@ var sequenceNamespace = [16]byte{0x6e, 0x61, 0x74, 0x73, 0x2d, 0x53, 0x65, 0x71,
 //     or differ, other events take the old sequences and are skipped as
 //     duplicates (lost), and old events come back under new ones.
 //
-// Prefer the producer's event id in a header (HeaderEventID, or
+// Prefer the producer's event id in a header (outbox.HeaderEventID, or
 // Nats-Msg-Id with MsgIDKey) or in the payload (inbox.JSONKey).
 func StreamSequenceKey(msg inbox.Message) (string, error) {
 	s := msg.Source

@@ -48,6 +48,7 @@ import (
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/tcpproxy"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 func TestMain(m *testing.M) { transporttest.Main(m, transport) }
@@ -245,7 +246,7 @@ func (h *harness) publish(id string, e event, opts ...jetstream.PublishOpt) uint
 	msg := nats.NewMsg(h.subject + ".events")
 	msg.Data = data
 	if id != "" {
-		msg.Header.Set(inboxnats.HeaderEventID, id)
+		msg.Header.Set(outbox.HeaderEventID, id)
 	}
 	ack, err := h.js.PublishMsg(context.Background(), msg, opts...)
 	require.NoError(h.t, err)
@@ -270,7 +271,7 @@ func (h *harness) config(durable string) *inboxnats.Config {
 		Stream:    h.stream,
 		Durable:   durable,
 		Consumer:  "billing",
-		Key:       inbox.HeaderKey(inboxnats.HeaderEventID),
+		Key:       inbox.HeaderKey(outbox.HeaderEventID),
 		FetchWait: 500 * time.Millisecond,
 		Settings:  transporttest.Settings(h.t),
 	}

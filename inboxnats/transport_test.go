@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // TestTransport runs the transport conformance suite on the machine's
@@ -97,7 +98,7 @@ func (q *queue) Publish(ctx context.Context, msgs ...transporttest.Message) erro
 		nm := nats.NewMsg(q.subject + ".events")
 		nm.Data = m.Body
 		if m.ID != "" {
-			nm.Header.Set(transporttest.HeaderEventID, m.ID)
+			nm.Header.Set(outbox.HeaderEventID, m.ID)
 		}
 		if _, err := q.js.PublishMsgAsync(nm); err != nil {
 			return err

@@ -39,6 +39,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxhttp"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
@@ -70,7 +71,7 @@ func (p *provider) serve(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	key := r.Header.Get(inbox.IdempotencyKeyHeader)
+	key := r.Header.Get(inboxhttp.IdempotencyKeyHeader)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.keys = append(p.keys, key)
@@ -100,7 +101,7 @@ func (p *provider) state() (captures, keys []string) {
 }
 
 // capture is the EffectFunc: it posts a capture with the key set by
-// IdempotencyTransport from ctx.
+// inboxhttp.Transport from ctx.
 func (p *provider) capture(httpClient *http.Client) inbox.EffectFunc {
 	return func(ctx context.Context, key string) ([]byte, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.srv.URL+"/captures", strings.NewReader(`{"amount_cents":100}`))
@@ -158,7 +159,7 @@ func newEffectEnv(t *testing.T, honoursKeys bool) *effectEnv {
 		client:   client,
 		payments: payments,
 		provider: newProvider(t, honoursKeys),
-		http:     &http.Client{Transport: &inbox.IdempotencyTransport{}},
+		http:     &http.Client{Transport: &inboxhttp.Transport{}},
 	}
 }
 

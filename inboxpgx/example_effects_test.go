@@ -14,6 +14,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxhttp"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/internal/testdb"
@@ -46,7 +47,7 @@ func ExampleClient_Effect() {
 	captures := 0
 	responses := map[string]string{}
 	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		key := r.Header.Get(inbox.IdempotencyKeyHeader)
+		key := r.Header.Get(inboxhttp.IdempotencyKeyHeader)
 		if _, ok := responses[key]; !ok {
 			captures++
 			responses[key] = fmt.Sprintf("cap_%d", captures)
@@ -55,8 +56,8 @@ func ExampleClient_Effect() {
 	}))
 	defer provider.Close()
 
-	// IdempotencyTransport sets the header from the context Effect passes.
-	httpClient := &http.Client{Transport: &inbox.IdempotencyTransport{}}
+	// inboxhttp.Transport sets the header from the context Effect passes.
+	httpClient := &http.Client{Transport: &inboxhttp.Transport{}}
 	capture := func(ctx context.Context, key string) ([]byte, error) {
 		req, err := http.NewRequestWithContext(ctx, http.MethodPost, provider.URL+"/captures", strings.NewReader(`{"amount_cents":100}`))
 		if err != nil {

@@ -61,7 +61,7 @@ type Config struct {
 	Consumer string
 
 	// Key reads the producer's event id from a delivery: inbox.HeaderKey
-	// with HeaderEventID for a header, MessageIDKey for the message-id
+	// with outbox.HeaderEventID for a header, MessageIDKey for the message-id
 	// property, inbox.JSONKey for a field of the body. Required: nothing in
 	// this package ever mints an id.
 	Key inbox.KeyFunc
@@ -125,7 +125,7 @@ func (c *Config) validate() error {
 	case c.Queue == "":
 		return errors.New("inboxrabbit: Config.Queue is required")
 	case c.Key == nil:
-		return errors.New("inboxrabbit: Config.Key is required: read the producer's event id with inbox.HeaderKey(inboxrabbit.HeaderEventID), inboxrabbit.MessageIDKey or inbox.JSONKey")
+		return errors.New("inboxrabbit: Config.Key is required: read the producer's event id with inbox.HeaderKey(outbox.HeaderEventID), inboxrabbit.MessageIDKey or inbox.JSONKey")
 	case c.Prefetch < c.MaxBatch || c.Prefetch > 65535:
 		return fmt.Errorf("inboxrabbit: Config.Prefetch must be between Config.MaxBatch (%d) and 65535, got %d", c.MaxBatch, c.Prefetch)
 	case c.Ordered && c.Workers != 1:

@@ -9,12 +9,15 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // TestConfigValidate: each field's error names it.
 func TestConfigValidate(t *testing.T) {
 	t.Parallel()
-	transporttest.CheckConfig(t, func() *Config { return &Config{Queue: "q", Consumer: "billing", Key: inbox.HeaderKey(HeaderEventID)} }, func(c *Config) error {
+	transporttest.CheckConfig(t, func() *Config {
+		return &Config{Queue: "q", Consumer: "billing", Key: inbox.HeaderKey(outbox.HeaderEventID)}
+	}, func(c *Config) error {
 		cfg := c.withDefaults()
 		return cfg.validate()
 	}, []transporttest.ConfigCase[Config]{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // errChannelLost is what a receive returns when the channel it waited on
@@ -47,7 +48,7 @@ func New[TTx any](dial DialFunc, client *inbox.Client[TTx], handler inbox.Handle
 	if dial == nil {
 		return nil, errors.New("inboxrabbit: New: dial is nil")
 	}
-	cfg, err := inboxtransport.Complete("inboxrabbit", config, "Queue, Consumer and Key", (*Config).withDefaults, (*Config).validate)
+	cfg, err := transportkit.Complete("inboxrabbit", config, "Queue, Consumer and Key", (*Config).withDefaults, (*Config).validate)
 	if err != nil {
 		return nil, err
 	}

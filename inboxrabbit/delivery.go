@@ -17,11 +17,6 @@ import (
 // delivers.
 const Transport = "rabbitmq"
 
-// HeaderEventID is the header that carries the producer's event id, as
-// the outbox and the other adapters name it. Read it with
-// inbox.HeaderKey(HeaderEventID).
-const HeaderEventID = "event-id"
-
 // headerDeliveryCount is the header in which quorum queues count a
 // message's earlier deliveries.
 const headerDeliveryCount = "x-delivery-count"

@@ -23,7 +23,7 @@
 //		&inboxrabbit.Config{
 //			Queue:    "billing.orders",
 //			Consumer: "billing",
-//			Key:      inbox.HeaderKey(inboxrabbit.HeaderEventID),
+//			Key:      inbox.HeaderKey(outbox.HeaderEventID),
 //		})
 //	if err != nil {
 //		return err
@@ -85,7 +85,7 @@
 // these consuming also pauses, and the outage is logged once),
 // inbox.ErrLockTimeout (another delivery of the event held its claim),
 // cancellation at shutdown, and any failure while the streak breaker is
-// open (inbox.Config.StreakLimit distinct messages in a row failed alike:
+// open (Config.StreakLimit distinct messages in a row failed alike:
 // consuming pauses, then probes).
 //
 // # The consumer timeout
@@ -118,7 +118,7 @@
 // # Keys
 //
 // The inbox key is the producer's event id, read by Config.Key: the
-// event-id header (inbox.HeaderKey(HeaderEventID)), the message-id property
+// event-id header (inbox.HeaderKey(outbox.HeaderEventID)), the message-id property
 // when the producer sets it to its event id (MessageIDKey), or a field of
 // the body (inbox.JSONKey). AMQP headers reach the handler as
 // inbox.Message.Headers, as text.

@@ -45,6 +45,7 @@ import (
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/tcpproxy"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 func TestMain(m *testing.M) { transporttest.Main(m, transport) }
@@ -128,7 +129,7 @@ func (h *harness) publish(queue, id string, e event) {
 	require.NoError(h.t, err)
 	pub := amqp.Publishing{Body: body, DeliveryMode: amqp.Persistent}
 	if id != "" {
-		pub.Headers = amqp.Table{inboxrabbit.HeaderEventID: id}
+		pub.Headers = amqp.Table{outbox.HeaderEventID: id}
 	}
 	ch, err := h.admin.Channel()
 	require.NoError(h.t, err)
@@ -214,11 +215,11 @@ func (h *harness) total() int {
 // key is the test KeyFunc: the event-id header, with each delivery
 // counted.
 func (h *harness) key(msg inbox.Message) (string, error) {
-	id := msg.Headers[inboxrabbit.HeaderEventID]
+	id := msg.Headers[outbox.HeaderEventID]
 	h.mu.Lock()
 	h.deliveries[id]++
 	h.mu.Unlock()
-	return inbox.HeaderKey(inboxrabbit.HeaderEventID)(msg)
+	return inbox.HeaderKey(outbox.HeaderEventID)(msg)
 }
 
 // config is the test consumer configuration for queue.

@@ -14,6 +14,7 @@ import (
 	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // TestTransport runs the transport conformance suite on the machine's
@@ -89,7 +90,7 @@ func (q *queue) Publish(ctx context.Context, msgs ...transporttest.Message) erro
 	for _, m := range msgs {
 		pub := amqp.Publishing{Body: m.Body, DeliveryMode: amqp.Persistent}
 		if m.ID != "" {
-			pub.Headers = amqp.Table{transporttest.HeaderEventID: m.ID}
+			pub.Headers = amqp.Table{outbox.HeaderEventID: m.ID}
 		}
 		conf, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q.name, true, false, pub)
 		if err != nil {

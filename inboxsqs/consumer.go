@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // sqsAPI is the part of *sqs.Client a Consumer calls.
@@ -60,7 +61,7 @@ func New[TTx any](sqsClient *sqs.Client, client *inbox.Client[TTx], handler inbo
 }
 
 func newConsumer[TTx any](api sqsAPI, client *inbox.Client[TTx], handler inbox.Handler[TTx], config *Config) (*Consumer[TTx], error) {
-	cfg, err := inboxtransport.Complete("inboxsqs", config, "QueueURL, Consumer and Key", (*Config).withDefaults, (*Config).validate)
+	cfg, err := transportkit.Complete("inboxsqs", config, "QueueURL, Consumer and Key", (*Config).withDefaults, (*Config).validate)
 	if err != nil {
 		return nil, err
 	}

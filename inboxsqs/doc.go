@@ -76,7 +76,7 @@
 // marked inbox.Unavailable (for these receiving also pauses, and the outage
 // is logged once), inbox.ErrLockTimeout (another delivery of the event held
 // its claim), cancellation at shutdown, and any failure while the streak
-// breaker is open (inbox.Config.StreakLimit distinct messages in a row
+// breaker is open (Config.StreakLimit distinct messages in a row
 // failed alike: receiving pauses, then probes).
 //
 // A message whose handler takes the process down without returning an

@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/inbox/inboxsqs"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // TestTransport runs the transport conformance suite on goaws, one case at
@@ -64,7 +65,7 @@ func (q *queue) Publish(ctx context.Context, msgs ...transporttest.Message) erro
 		in := &sqs.SendMessageInput{QueueUrl: aws.String(q.url), MessageBody: aws.String(string(m.Body))}
 		if m.ID != "" {
 			in.MessageAttributes = map[string]types.MessageAttributeValue{
-				transporttest.HeaderEventID: {DataType: aws.String("String"), StringValue: aws.String(m.ID)},
+				outbox.HeaderEventID: {DataType: aws.String("String"), StringValue: aws.String(m.ID)},
 			}
 		}
 		if strings.HasSuffix(q.url, ".fifo") {

@@ -13,7 +13,7 @@ import (
 	"github.com/txinbox/inbox"
 )
 
-// maxStreakPauseDoublings caps the doubling of Config.StreakPause while the
+// maxStreakPauseDoublings caps the doubling of Settings.StreakPause while the
 // probes of a tripped breaker fail: 16 times the pause at most.
 const maxStreakPauseDoublings = 4
 
@@ -78,10 +78,10 @@ type Decision struct {
 // Warn, and once when it ends, at Info, and reported to a BreakerObserver;
 // each failure in between is logged at Debug only.
 //
-// The streak breaker: when Config.StreakLimit distinct messages in a row
+// The streak breaker: when Settings.StreakLimit distinct messages in a row
 // fail with the same class of error, the cause is not the messages. The
 // breaker opens: it stops counting attempts, so that it dead-letters no
-// healthy message, and pauses the consumer for Config.StreakPause (Paused);
+// healthy message, and pauses the consumer for Settings.StreakPause (Paused);
 // then the next try is a probe. A failed probe pauses again, twice as long,
 // up to 16 times StreakPause; a success closes the breaker. Two errors are
 // of the same class when their innermost errors have the same type and
@@ -114,24 +114,25 @@ type Breaker struct {
 	outageErr      error
 }
 
-// NewBreaker returns a Breaker for consumer with config's StreakLimit,
-// StreakPause, Observer, Now and Logger, as a client's Config holds them
-// (inbox.Client.Config): zero values take the defaults. logger receives
-// its logs; nil uses config.Logger, and nil there is silent. A Policy
-// makes its own.
-func NewBreaker(consumer string, config inbox.Config, logger *slog.Logger) *Breaker {
+// NewBreaker returns a Breaker for consumer with settings' StreakLimit,
+// StreakPause and Logger, and config's Observer and Now, as a client's
+// Config holds them (inbox.Client.Config): zero values take the defaults.
+// Its logs go to settings.Logger; nil uses config.Logger, and nil there is
+// silent. A Policy makes its own.
+func NewBreaker(consumer string, config inbox.Config, settings Settings) *Breaker {
+	logger := settings.Logger
 	if logger == nil {
 		logger = config.Logger
 	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	limit, pause, now := config.StreakLimit, config.StreakPause, config.Now
+	limit, pause, now := settings.StreakLimit, settings.StreakPause, config.Now
 	if limit == 0 {
-		limit = inbox.DefaultStreakLimit
+		limit = DefaultStreakLimit
 	}
 	if pause <= 0 {
-		pause = inbox.DefaultStreakPause
+		pause = DefaultStreakPause
 	}
 	if now == nil {
 		now = time.Now

@@ -83,7 +83,7 @@ func newTestBreaker(limit int) (*Breaker, *testClock, *recordingObserver, *logCo
 	clock := &testClock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
 	obs := &recordingObserver{}
 	logs := &logCounter{}
-	b := NewBreaker("billing", inbox.Config{StreakLimit: limit, StreakPause: time.Second, Now: clock.Now, Observer: obs, Logger: slog.New(logs)}, nil)
+	b := NewBreaker("billing", inbox.Config{Now: clock.Now, Observer: obs}, Settings{StreakLimit: limit, StreakPause: time.Second, Logger: slog.New(logs)})
 	return b, clock, obs, logs
 }
 
@@ -210,7 +210,7 @@ func TestBreakerTellsJoinedObservers(t *testing.T) {
 	t.Parallel()
 	first, second := &recordingObserver{}, &recordingObserver{}
 	joined := inbox.Observers(first, plainObserver{}, second)
-	b := NewBreaker("billing", inbox.Config{StreakLimit: 3, StreakPause: time.Second, Observer: joined, Logger: slog.New(slog.DiscardHandler)}, nil)
+	b := NewBreaker("billing", inbox.Config{Observer: joined}, Settings{StreakLimit: 3, StreakPause: time.Second, Logger: slog.New(slog.DiscardHandler)})
 	claim := stageErr(inbox.StageClaim, fmt.Errorf("claim: %w", inbox.ErrPermissionDenied))
 	d := b.Decide(context.Background(), inbox.Message{ID: "1"}, claim, 10, 1)
 	require.Equal(t, ActionHold, d.Action)

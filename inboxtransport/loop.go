@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/internal/fault"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // ErrClosed is what a consumer's Run returns when the broker client under
@@ -226,6 +227,8 @@ func NewLoop[TTx any, D Carrier](cfg LoopConfig[TTx, D]) (*Loop[TTx, D], error) 
 		MaxDeliveries:   cfg.MaxDeliveries,
 		RetryBackoff:    cfg.RetryBackoff,
 		MaxRetryBackoff: cfg.MaxRetryBackoff,
+		StreakLimit:     cfg.StreakLimit,
+		StreakPause:     cfg.StreakPause,
 		Name:            cfg.Name,
 		Logger:          cfg.Logger,
 		AbandonOnCancel: cfg.AbandonOnCancel,
@@ -302,7 +305,7 @@ func (l *Loop[TTx, D]) RunFunc(ctx context.Context, src Source[D], schedule func
 		cancel()
 	}
 
-	work, finish := WorkContext(ctx, max(l.cfg.ShutdownTimeout, 0))
+	work, finish := workContext(ctx, max(l.cfg.ShutdownTimeout, 0))
 	defer finish()
 	side, stopSide := context.WithCancel(work)
 	var wg sync.WaitGroup
@@ -396,7 +399,7 @@ func (l *Loop[TTx, D]) process(ctx, work context.Context, src Source[D], ds []D)
 		// Not retried: an earlier delivery was dead-lettered, and the
 		// rest go on at once. Retried: wait its backoff, and while the
 		// streak breaker is open, its pause too.
-		if h.Retried && !Sleep(ctx, max(h.Wait, l.policy.breaker.Paused())) {
+		if h.Retried && !transportkit.Sleep(ctx, max(h.Wait, l.policy.breaker.Paused())) {
 			l.Release(work, src, ds...)
 			return
 		}
@@ -438,7 +441,7 @@ func (l *Loop[TTx, D]) Poll(ctx context.Context, src Source[D], want func() int,
 			return nil
 		default:
 			l.policy.logger.WarnContext(ctx, l.cfg.Name+": receive failed; trying again", "backoff", backoff, "err", err)
-			Sleep(ctx, backoff)
+			transportkit.Sleep(ctx, backoff)
 			backoff = min(backoff*2, l.cfg.MaxReceiveBackoff)
 		}
 	}
@@ -659,7 +662,7 @@ func (l *Loop[TTx, D]) replays(ctx, work context.Context) {
 		if len(results) >= inbox.MaxReplayPerCall && err == nil {
 			continue
 		}
-		if !Sleep(ctx, l.cfg.ReplayInterval) {
+		if !transportkit.Sleep(ctx, l.cfg.ReplayInterval) {
 			return
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // Delivery is one message a transport received, as the Policy sees it. A
@@ -136,6 +137,11 @@ type Config[TTx any, D Carrier] struct {
 	// DefaultMaxRetryBackoff (1s and 1m).
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
+	// StreakLimit and StreakPause configure the Breaker the policy makes
+	// when Breaker is nil (Settings). Default to DefaultStreakLimit and
+	// DefaultStreakPause (5 and 5s).
+	StreakLimit int
+	StreakPause time.Duration
 	// Name prefixes the policy's logs and errors, such as "inboxsqs".
 	Name   string
 	Logger *slog.Logger
@@ -146,8 +152,8 @@ type Config[TTx any, D Carrier] struct {
 	// consumer shutting down settles what it processed.
 	AbandonOnCancel bool
 	// Breaker is the breaker to judge failures with, when the transport
-	// keeps one across policies. Defaults to a new one, of Client's
-	// Config, logging to Logger.
+	// keeps one across policies. Defaults to a new one, of StreakLimit,
+	// StreakPause and Client's Config, logging to Logger.
 	Breaker *Breaker
 	// DeadLetter, when set, writes a dead letter instead of store alone:
 	// it may change p before it calls store, and send the message to the
@@ -204,7 +210,7 @@ func NewPolicy[TTx any, D Carrier](cfg Config[TTx, D]) (*Policy[TTx, D], error) 
 	}
 	b := cfg.Breaker
 	if b == nil {
-		b = NewBreaker(cfg.Consumer, cfg.Client.Config(), logger)
+		b = NewBreaker(cfg.Consumer, cfg.Client.Config(), Settings{StreakLimit: cfg.StreakLimit, StreakPause: cfg.StreakPause, Logger: logger})
 	}
 	return &Policy[TTx, D]{cfg: cfg, logger: logger, breaker: b, counts: newCounts(maxCounted)}, nil
 }
@@ -405,12 +411,12 @@ func (p *Policy[TTx, D]) attempt(dl *Delivery) int {
 // delay is the backoff of dl after a failure: RetryBackoff doubled per
 // earlier delivery, capped.
 func (p *Policy[TTx, D]) delay(dl *Delivery) time.Duration {
-	return RetryDelay(p.cfg.RetryBackoff, p.cfg.MaxRetryBackoff, max(dl.Message.Source.Attempt, 1))
+	return retryDelay(p.cfg.RetryBackoff, p.cfg.MaxRetryBackoff, max(dl.Message.Source.Attempt, 1))
 }
 
-// RetryDelay is the backoff of a message that failed on its delivered-th
+// retryDelay is the backoff of a message that failed on its delivered-th
 // delivery: base doubled per earlier delivery, capped at maxDelay.
-func RetryDelay(base, maxDelay time.Duration, delivered int) time.Duration {
+func retryDelay(base, maxDelay time.Duration, delivered int) time.Duration {
 	d := base
 	for i := 1; i < delivered && d > 0 && d < maxDelay; i++ {
 		d *= 2
@@ -455,22 +461,6 @@ func (p *Policy[TTx, D]) Paused() time.Duration {
 // Wait waits out Paused, or until ctx is done.
 func (p *Policy[TTx, D]) Wait(ctx context.Context) {
 	if d := p.Paused(); d > 0 {
-		Sleep(ctx, d)
-	}
-}
-
-// Sleep waits for d, or until ctx is done, and reports whether ctx is
-// still not done.
-func Sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
+		transportkit.Sleep(ctx, d)
 	}
 }

@@ -18,7 +18,7 @@ func (c *carrier) Delivery() *Delivery { return &c.tr }
 func testPolicy(maxAttempts int) *Policy[struct{}, *carrier] {
 	return &Policy[struct{}, *carrier]{
 		cfg:     Config[struct{}, *carrier]{MaxDeliveries: maxAttempts, RetryBackoff: time.Second, MaxRetryBackoff: time.Minute},
-		breaker: NewBreaker("billing", inbox.Config{}, nil),
+		breaker: NewBreaker("billing", inbox.Config{}, Settings{}),
 		counts:  newCounts(maxCounted),
 	}
 }
@@ -134,7 +134,7 @@ func TestRetryDelay(t *testing.T) {
 		{0, time.Minute, 5, 0},
 	}
 	for _, tt := range tests {
-		require.Equal(t, tt.want, RetryDelay(tt.base, tt.max, tt.delivered), "%+v", tt)
+		require.Equal(t, tt.want, retryDelay(tt.base, tt.max, tt.delivered), "%+v", tt)
 	}
 }
 

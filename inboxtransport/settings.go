@@ -15,6 +15,8 @@ const (
 	DefaultMaxRetryBackoff = time.Minute
 	DefaultShutdownTimeout = 10 * time.Second
 	DefaultReplayInterval  = 10 * time.Second
+	DefaultStreakLimit     = 5
+	DefaultStreakPause     = 5 * time.Second
 )
 
 // Settings are the knobs that every transport adapter's Config shares,
@@ -78,6 +80,21 @@ type Settings struct {
 	// Defaults to DefaultReplayInterval (10s).
 	ReplayInterval time.Duration
 
+	// StreakLimit is how many distinct messages in a row may fail with
+	// the same class of error before the consumer's streak breaker
+	// decides that the cause is not the messages: it stops counting
+	// attempts, so that it dead-letters none of them, pauses the
+	// consumer for StreakPause, and probes (see Breaker). A success
+	// closes it. Keep it small: up to StreakLimit - 1 healthy messages
+	// can use up their attempts before it opens. Negative disables the
+	// breaker. Defaults to DefaultStreakLimit (5).
+	StreakLimit int
+
+	// StreakPause is the first pause of a consumer whose streak breaker
+	// opened. It doubles while the probes fail, up to 16 times. Defaults
+	// to DefaultStreakPause (5s).
+	StreakPause time.Duration
+
 	// OnResult, when set, is called with what became of each message the
 	// consumer tried: processed, failed (to be tried again), or
 	// dead-lettered. It is called from the workers, concurrently; it must
@@ -112,6 +129,12 @@ func (s Settings) WithDefaults() Settings {
 	if s.ReplayInterval == 0 {
 		s.ReplayInterval = DefaultReplayInterval
 	}
+	if s.StreakLimit == 0 {
+		s.StreakLimit = DefaultStreakLimit
+	}
+	if s.StreakPause == 0 {
+		s.StreakPause = DefaultStreakPause
+	}
 	return s
 }
 
@@ -129,19 +152,8 @@ func (s Settings) Validate() error {
 		return fmt.Errorf("Config.RetryBackoff must not be negative, got %v", s.RetryBackoff)
 	case s.MaxRetryBackoff < s.RetryBackoff:
 		return fmt.Errorf("Config.MaxRetryBackoff must be at least Config.RetryBackoff (%v), got %v", s.RetryBackoff, s.MaxRetryBackoff)
+	case s.StreakPause < 0:
+		return fmt.Errorf("Config.StreakPause must not be negative, got %v", s.StreakPause)
 	}
 	return nil
-}
-
-// Complete is the start of a transport's New: it returns *c with its
-// defaults (withDefaults), checked (validate), or an error naming what is
-// missing when c is nil. name prefixes that error, required lists the
-// fields that have no default.
-func Complete[C any](name string, c *C, required string, withDefaults func(*C) C, validate func(*C) error) (C, error) {
-	if c == nil {
-		var zero C
-		return zero, fmt.Errorf("%s: New: config is nil: %s are required", name, required)
-	}
-	cfg := withDefaults(c)
-	return cfg, validate(&cfg)
 }

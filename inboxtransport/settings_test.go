@@ -14,14 +14,15 @@ func TestSettings(t *testing.T) {
 	t.Parallel()
 	d := inboxtransport.Settings{}.WithDefaults()
 	if d.Workers != 2 || d.MaxBatch != 50 || d.MaxDeliveries != 5 || d.RetryBackoff != time.Second ||
-		d.MaxRetryBackoff != time.Minute || d.ShutdownTimeout != 10*time.Second || d.ReplayInterval != 10*time.Second {
+		d.MaxRetryBackoff != time.Minute || d.ShutdownTimeout != 10*time.Second || d.ReplayInterval != 10*time.Second ||
+		d.StreakLimit != 5 || d.StreakPause != 5*time.Second {
 		t.Fatalf("defaults: %+v", d)
 	}
 	if s := (inboxtransport.Settings{RetryBackoff: 2 * time.Minute}).WithDefaults(); s.MaxRetryBackoff != 2*time.Minute {
 		t.Errorf("MaxRetryBackoff defaults to at least RetryBackoff, got %v", s.MaxRetryBackoff)
 	}
-	if s := (inboxtransport.Settings{ShutdownTimeout: -1, ReplayInterval: -1}).WithDefaults(); s.ShutdownTimeout != -1 || s.ReplayInterval != -1 {
-		t.Errorf("a negative ShutdownTimeout or ReplayInterval stays negative (at once, off), got %+v", s)
+	if s := (inboxtransport.Settings{ShutdownTimeout: -1, ReplayInterval: -1, StreakLimit: -1}).WithDefaults(); s.ShutdownTimeout != -1 || s.ReplayInterval != -1 || s.StreakLimit != -1 {
+		t.Errorf("a negative ShutdownTimeout, ReplayInterval or StreakLimit stays negative (at once, off, no breaker), got %+v", s)
 	}
 	valid := func() *inboxtransport.Settings { return &inboxtransport.Settings{} }
 	check := func(s *inboxtransport.Settings) error { return s.WithDefaults().Validate() }
@@ -32,5 +33,7 @@ func TestSettings(t *testing.T) {
 		{Name: "deliveries", Adjust: func(s *inboxtransport.Settings) { s.MaxDeliveries = -1 }, Want: "Config.MaxDeliveries"},
 		{Name: "backoff", Adjust: func(s *inboxtransport.Settings) { s.RetryBackoff = -time.Second }, Want: "Config.RetryBackoff"},
 		{Name: "backoff cap", Adjust: func(s *inboxtransport.Settings) { s.RetryBackoff, s.MaxRetryBackoff = time.Minute, time.Second }, Want: "Config.MaxRetryBackoff"},
+		{Name: "no breaker", Adjust: func(s *inboxtransport.Settings) { s.StreakLimit = -1 }},
+		{Name: "streak pause", Adjust: func(s *inboxtransport.Settings) { s.StreakPause = -time.Second }, Want: "Config.StreakPause"},
 	})
 }

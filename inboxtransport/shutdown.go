@@ -6,14 +6,14 @@ import (
 	"time"
 )
 
-// WorkContext returns the context of a consumer's work while stop is not
+// workContext returns the context of a consumer's work while stop is not
 // done, and for grace after: it keeps stop's values (fault hooks, trace
 // context) but not its cancellation, so that work in progress when the
 // consumer is told to stop can finish and be acknowledged; it is cancelled
 // once grace has passed after stop is done, and then the work rolls back.
 // Call finish when the work has ended: it cancels the context and returns
 // once the goroutine that watches stop has ended.
-func WorkContext(stop context.Context, grace time.Duration) (work context.Context, finish func()) {
+func workContext(stop context.Context, grace time.Duration) (work context.Context, finish func()) {
 	work, cancel := context.WithCancel(context.WithoutCancel(stop))
 	done, watched := make(chan struct{}), make(chan struct{})
 	go func() {

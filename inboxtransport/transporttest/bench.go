@@ -12,6 +12,7 @@ import (
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/txcount"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // benchBatch is the MaxBatch of Benchmark's consumers.
@@ -56,7 +57,7 @@ func benchmark[TTx any](b *testing.B, tr Transport[TTx], sequential bool) {
 		Client:   client,
 		Handler:  inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error { return nil }),
 		Consumer: ConsumerName,
-		Key:      inbox.HeaderKey(HeaderEventID),
+		Key:      inbox.HeaderKey(outbox.HeaderEventID),
 		Settings: inboxtransport.Settings{
 			Workers: 1, MaxBatch: benchBatch, ReplayInterval: -1,
 			OnResult: func(r inboxtransport.Result) {

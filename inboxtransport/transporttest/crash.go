@@ -22,6 +22,7 @@ import (
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/fault"
 	"github.com/txinbox/inbox/internal/testdb"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // The crash cases kill a real consumer process. The test binary starts
@@ -346,7 +347,7 @@ func child[TTx any](tr Transport[TTx]) error {
 		Client:   client,
 		Handler:  h,
 		Consumer: ConsumerName,
-		Key:      inbox.HeaderKey(HeaderEventID),
+		Key:      inbox.HeaderKey(outbox.HeaderEventID),
 		Settings: inboxtransport.Settings{
 			Workers:         2,
 			MaxBatch:        10,

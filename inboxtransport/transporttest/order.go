@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/outbox"
 
 	"github.com/stretchr/testify/require"
 )
@@ -68,7 +69,7 @@ func testSlowHandler[TTx any](t *testing.T, tr Transport[TTx]) {
 	var deliveries counter
 	key := func(m inbox.Message) (string, error) {
 		deliveries.add()
-		return inbox.HeaderKey(HeaderEventID)(m)
+		return inbox.HeaderKey(outbox.HeaderEventID)(m)
 	}
 	opts := ConsumerOptions[TTx]{Key: key}
 	a := e.start(h, e.settings(), opts, nil)

@@ -11,6 +11,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/outagetest"
+	"github.com/txinbox/inbox/outbox"
 )
 
 // outageDeliveries is the MaxDeliveries of the outage matrix.
@@ -78,7 +79,7 @@ func runOutage[TTx any](t *testing.T, tr Transport[TTx], db *outagetest.DB, oc o
 		Client:   client,
 		Handler:  h,
 		Consumer: ConsumerName,
-		Key:      inbox.HeaderKey(HeaderEventID),
+		Key:      inbox.HeaderKey(outbox.HeaderEventID),
 		Settings: inboxtransport.Settings{
 			Workers:         4,
 			MaxBatch:        50,

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/outbox"
 )
 
 func poisonCases[TTx any]() []testCase[TTx] {
@@ -78,10 +79,10 @@ func testKeyFuncErrorIsMalformedID[TTx any](t *testing.T, tr Transport[TTx]) {
 	good := newID()
 	e.publish(msg(good, event{N: 1}), msg("", event{N: 2}))
 	key := func(m inbox.Message) (string, error) {
-		if m.Headers[HeaderEventID] == "" {
+		if m.Headers[outbox.HeaderEventID] == "" {
 			return "", errors.New("the id field is encrypted with a key we lost")
 		}
-		return inbox.HeaderKey(HeaderEventID)(m)
+		return inbox.HeaderKey(outbox.HeaderEventID)(m)
 	}
 	r := e.start(e.handler(), e.settings(), ConsumerOptions[TTx]{Key: key}, nil)
 	e.waitApplied(good)
@@ -159,7 +160,7 @@ func (o *streakObserver) get() (int, inboxtransport.PauseEvent) {
 // and probes, and the rest are applied once the dependency is back.
 func testStreakBreaker[TTx any](t *testing.T, tr Transport[TTx]) {
 	obs := &streakObserver{}
-	e := newEnv(t, tr, QueueOptions{}, &inbox.Config{StreakLimit: 3, StreakPause: 50 * time.Millisecond, Observer: obs})
+	e := newEnv(t, tr, QueueOptions{}, &inbox.Config{Observer: obs})
 	ids := make([]string, 20)
 	var msgs []Message
 	for i := range ids {
@@ -178,6 +179,7 @@ func testStreakBreaker[TTx any](t *testing.T, tr Transport[TTx]) {
 	})
 	s := e.settings()
 	s.MaxDeliveries, s.MaxBatch = 1, 1
+	s.StreakLimit, s.StreakPause = 3, 50*time.Millisecond
 	r := e.start(h, s, ConsumerOptions[TTx]{}, nil)
 	eventually(t, "the streak breaker to open and a probe to fail", func() (bool, error) {
 		n, _ := obs.get()

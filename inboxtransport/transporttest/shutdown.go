@@ -6,6 +6,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/outbox"
 
 	"github.com/stretchr/testify/require"
 )
@@ -84,7 +85,7 @@ func testRunTwice[TTx any](t *testing.T, tr Transport[TTx]) {
 	e.publish(msg(id, event{N: 1}))
 	c, err := e.q.Consumer(ConsumerOptions[TTx]{
 		Client: e.client, Handler: e.handler(), Consumer: ConsumerName,
-		Key: inbox.HeaderKey(HeaderEventID), Settings: e.settings(),
+		Key: inbox.HeaderKey(outbox.HeaderEventID), Settings: e.settings(),
 	})
 	require.NoError(t, err)
 	r := Start(t, context.Background(), c.Run, nil)

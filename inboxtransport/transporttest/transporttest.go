@@ -42,11 +42,8 @@ import (
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
+	"github.com/txinbox/inbox/outbox"
 )
-
-// HeaderEventID is the header (message attribute) in which a Queue
-// publishes a Message's ID, and from which the suite's consumers read it.
-const HeaderEventID = "event-id"
 
 // ConsumerName is the inbox consumer name of the suite's consumers.
 const ConsumerName = "billing"
@@ -105,7 +102,7 @@ type QueueOptions struct {
 }
 
 // Message is what a case publishes: an event id ("" for none), in the
-// HeaderEventID header, and a body.
+// outbox.HeaderEventID header, and a body.
 type Message struct {
 	ID   string
 	Body []byte
@@ -401,7 +398,7 @@ func (e *env[TTx]) start(h inbox.Handler[TTx], s inboxtransport.Settings, opts C
 		opts.Consumer = ConsumerName
 	}
 	if opts.Key == nil {
-		opts.Key = inbox.HeaderKey(HeaderEventID)
+		opts.Key = inbox.HeaderKey(outbox.HeaderEventID)
 	}
 	c, err := e.q.Consumer(opts)
 	require.NoError(e.t, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/duration"
 )
 
 func runDeadLetters(ctx context.Context, e *Env, args []string) error {
@@ -73,7 +74,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 					msg = "(no valid id)"
 				}
 				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s ago\t%s\n", d.ID, command.Text(d.Consumer), command.Text(msg), command.Text(d.Reason), d.Attempts,
-					inbox.FormatDuration(now.Sub(d.LastSeen).Round(time.Second)), command.Text(source(d)))
+					duration.Format(now.Sub(d.LastSeen).Round(time.Second)), command.Text(source(d)))
 			}
 			return tw.Flush()
 		})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/duration"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -315,7 +316,7 @@ func (d *doctor) checkCoverage(ctx context.Context) time.Duration {
 		return -1
 	}
 	if len(st.Consumers) == 0 {
-		d.set("coverage", checkOK, "no rows yet: nothing to compare with the replay horizon of "+inbox.FormatDuration(d.horizon), "")
+		d.set("coverage", checkOK, "no rows yet: nothing to compare with the replay horizon of "+duration.Format(d.horizon), "")
 		return -1
 	}
 	now := time.Now()
@@ -327,31 +328,31 @@ func (d *doctor) checkCoverage(ctx context.Context) time.Duration {
 			least = cov
 		}
 		if cov < d.horizon {
-			short = append(short, fmt.Sprintf("%s %s", cs.Consumer, inbox.FormatDuration(cov.Round(time.Second))))
+			short = append(short, fmt.Sprintf("%s %s", cs.Consumer, duration.Format(cov.Round(time.Second))))
 		}
 	}
 	if len(short) > 0 {
 		d.set("coverage", checkWarn, fmt.Sprintf("the oldest row is younger than the replay horizon %s for %s: a replay over the whole horizon would apply what was purged again, unless those consumers are younger than that",
-			inbox.FormatDuration(d.horizon), strings.Join(short, ", ")),
+			duration.Format(d.horizon), strings.Join(short, ", ")),
 			"keep rows at least as long as the horizon (inbox.Config.Retention, 'inbox purge --older-than')")
 		return least
 	}
-	d.set("coverage", checkOK, fmt.Sprintf("every consumer's oldest row is older than the replay horizon %s", inbox.FormatDuration(d.horizon)), "")
+	d.set("coverage", checkOK, fmt.Sprintf("every consumer's oldest row is older than the replay horizon %s", duration.Format(d.horizon)), "")
 	return least
 }
 
 // compareRetention judges a broker's retention against the horizon.
 func (d *doctor) compareRetention(name, what string, retention time.Duration, infinite bool) {
-	h := inbox.FormatDuration(d.horizon)
+	h := duration.Format(d.horizon)
 	switch {
 	case infinite:
 		d.set(name, checkWarn, fmt.Sprintf("%s keeps messages for ever: a rewind to the start replays beyond the replay horizon %s", what, h),
 			"never rewind past the horizon, or raise --replay-horizon and the inbox's retention to what you rewind over")
 	case retention > d.horizon:
 		d.set(name, checkWarn, fmt.Sprintf("%s keeps messages for %s, longer than the replay horizon %s: a rewind to the oldest message may reach ids the inbox purged, and apply them again",
-			what, inbox.FormatDuration(retention), h), fmt.Sprintf("raise the replay horizon and the inbox's retention to %s, or never rewind further than %s", inbox.FormatDuration(retention), h))
+			what, duration.Format(retention), h), fmt.Sprintf("raise the replay horizon and the inbox's retention to %s, or never rewind further than %s", duration.Format(retention), h))
 	default:
-		d.set(name, checkOK, fmt.Sprintf("%s keeps messages for %s, within the replay horizon %s", what, inbox.FormatDuration(retention), h), "")
+		d.set(name, checkOK, fmt.Sprintf("%s keeps messages for %s, within the replay horizon %s", what, duration.Format(retention), h), "")
 	}
 }
 
@@ -562,7 +563,7 @@ func (d *doctor) checkStuck(ctx context.Context) {
 			n = "1000 or more"
 		}
 		d.set("stuck_effects", checkWarn, fmt.Sprintf("%s remote-effect steps started more than %s ago were never recorded done; the oldest is %s/%s/%s",
-			n, inbox.FormatDuration(d.opts.stuckAfter), es[0].Consumer, es[0].MessageID, es[0].Step),
+			n, duration.Format(d.opts.stuckAfter), es[0].Consumer, es[0].MessageID, es[0].Step),
 			"check each with its provider, then resolve it ('inbox stats', the admin page's Stuck effects)")
 	default:
 		d.set("stuck_effects", checkOK, "no stuck remote-effect steps", "")
@@ -602,13 +603,13 @@ func (d *doctor) checkOutbox(ctx context.Context) {
 	case st.Pending == 0 && st.Parked == 0:
 		d.set("outbox_lag", checkOK, "nothing pending", "")
 	case st.Lag > d.opts.maxLag:
-		d.set("outbox_lag", checkWarn, fmt.Sprintf("%d events pending; the oldest waits for %s, more than %s", st.Pending, inbox.FormatDuration(st.Lag.Round(time.Second)), inbox.FormatDuration(d.opts.maxLag)),
+		d.set("outbox_lag", checkWarn, fmt.Sprintf("%d events pending; the oldest waits for %s, more than %s", st.Pending, duration.Format(st.Lag.Round(time.Second)), duration.Format(d.opts.maxLag)),
 			"check that a relay runs and reaches the broker ('inbox relay', 'inbox outbox list')")
 	case st.Parked > 0:
-		d.set("outbox_lag", checkWarn, fmt.Sprintf("%d events parked after the broker rejected them; %d pending, lag %s", st.Parked, st.Pending, inbox.FormatDuration(st.Lag.Round(time.Second))),
+		d.set("outbox_lag", checkWarn, fmt.Sprintf("%d events parked after the broker rejected them; %d pending, lag %s", st.Parked, st.Pending, duration.Format(st.Lag.Round(time.Second))),
 			"fix the cause, then 'inbox outbox unpark ID'")
 	default:
-		d.set("outbox_lag", checkOK, fmt.Sprintf("%d events pending, lag %s", st.Pending, inbox.FormatDuration(st.Lag.Round(time.Millisecond))), "")
+		d.set("outbox_lag", checkOK, fmt.Sprintf("%d events pending, lag %s", st.Pending, duration.Format(st.Lag.Round(time.Millisecond))), "")
 	}
 }
 
@@ -624,13 +625,13 @@ func (d *doctor) checkXmin(ctx context.Context) {
 	}
 	switch {
 	case h.OldestSnapshot > d.opts.maxTx:
-		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", inbox.FormatDuration(h.OldestSnapshot.Round(time.Second)), h.OldestSnapshotXIDs),
+		d.set("xmin", checkWarn, fmt.Sprintf("a transaction open for %s holds a snapshot %d transactions old: vacuum cannot remove the inbox's purged rows behind it", duration.Format(h.OldestSnapshot.Round(time.Second)), h.OldestSnapshotXIDs),
 			"find it in pg_stat_activity (ORDER BY xact_start) and end it; set idle_in_transaction_session_timeout")
 	case h.Prepared > 0:
 		d.set("xmin", checkWarn, fmt.Sprintf("%d prepared transactions hold back vacuum", h.Prepared), "COMMIT PREPARED or ROLLBACK PREPARED them (pg_prepared_xacts)")
 	case h.SlotXIDs > 100_000_000:
 		d.set("xmin", checkWarn, fmt.Sprintf("a replication slot holds a snapshot %d transactions old", h.SlotXIDs), "drop or advance the slot (pg_replication_slots)")
 	default:
-		d.set("xmin", checkOK, fmt.Sprintf("no transaction has held back vacuum for over %s", inbox.FormatDuration(d.opts.maxTx)), "")
+		d.set("xmin", checkOK, fmt.Sprintf("no transaction has held back vacuum for over %s", duration.Format(d.opts.maxTx)), "")
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/duration"
 )
 
 func runPurge(ctx context.Context, e *Env, args []string) error {
@@ -51,7 +52,7 @@ func runPurge(ctx context.Context, e *Env, args []string) error {
 	// is reached, as the other mistakes of the command line are.
 	if err := inbox.CheckPurgeWindow(olderThan.Value, horizon.Value); err != nil {
 		return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--older-than %s: refused: the replay horizon is %s, and a replayed message inside it would look new and be applied again",
-			inbox.FormatDuration(olderThan.Value), inbox.FormatDuration(horizon.Value)), err: err})
+			duration.Format(olderThan.Value), duration.Format(horizon.Value)), err: err})
 	}
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(horizon.Value, inbox.DefaultRetention)}
 	return withAdmin(ctx, e, &sf, cfg, func(c *inbox.Admin) error {
@@ -74,7 +75,7 @@ func positive(flags map[string]time.Duration) error {
 
 func purge(ctx context.Context, e *Env, c *inbox.Admin, olderThan time.Duration, consumer string, batch int, dryRun bool) error {
 	p := inbox.PurgeParams{OlderThan: olderThan, Consumer: consumer, BatchSize: batch}
-	window := inbox.FormatDuration(olderThan)
+	window := duration.Format(olderThan)
 	if dryRun {
 		p.DryRun = true
 		n, err := c.Purge(ctx, p)
@@ -284,7 +285,7 @@ func stats(ctx context.Context, e *Env, c *inbox.Admin, stuckAfter time.Duration
 	fmt.Fprintln(tw, "CONSUMER\tROWS\tOLDEST\tNEWEST")
 	for _, cs := range out.Consumers {
 		fmt.Fprintf(tw, "%s\t%d\t%s ago\t%s ago\n", command.Text(cs.Consumer), cs.Rows,
-			inbox.FormatDuration(now.Sub(cs.Oldest).Round(time.Second)), inbox.FormatDuration(now.Sub(cs.Newest).Round(time.Second)))
+			duration.Format(now.Sub(cs.Oldest).Round(time.Second)), duration.Format(now.Sub(cs.Newest).Round(time.Second)))
 	}
 	if len(out.Consumers) == 0 {
 		fmt.Fprintln(tw, "(no rows)\t\t\t")
@@ -300,7 +301,7 @@ func stats(ctx context.Context, e *Env, c *inbox.Admin, stuckAfter time.Duration
 // threshold and were never recorded done: a process died during or after
 // the call, or the message is parked with an unknown outcome.
 func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now time.Time) {
-	fmt.Fprintf(w, "\nremote effects started over %s ago and never done: ", inbox.FormatDuration(after))
+	fmt.Fprintf(w, "\nremote effects started over %s ago and never done: ", duration.Format(after))
 	switch {
 	case out.StuckEffectsError != "":
 		fmt.Fprintf(w, "unknown (%s)\n", command.Text(out.StuckEffectsError))
@@ -317,7 +318,7 @@ func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now tim
 	fmt.Fprintln(tw, "CONSUMER\tMESSAGE ID\tSTEP\tATTEMPTS\tSTARTED")
 	for _, se := range out.StuckEffects {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s ago\n", command.Text(se.Consumer), command.Text(se.MessageID), command.Text(se.Step), se.Attempts,
-			inbox.FormatDuration(now.Sub(se.StartedAt).Round(time.Second)))
+			duration.Format(now.Sub(se.StartedAt).Round(time.Second)))
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "A step declared non-idempotent parks its message (dead letter reason unknown_outcome):")

@@ -15,6 +15,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/duration"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -83,7 +84,7 @@ func runOutboxStats(ctx context.Context, e *Env, args []string) error {
 		}
 		fmt.Fprintf(e.Stdout, "pending    %d\nparked     %d\npublished  %d (kept)\n", st.Pending, st.Parked, st.Published)
 		if st.Pending > 0 {
-			fmt.Fprintf(e.Stdout, "lag        %s (the oldest pending event's age)\n", inbox.FormatDuration(st.Lag.Round(time.Millisecond)))
+			fmt.Fprintf(e.Stdout, "lag        %s (the oldest pending event's age)\n", duration.Format(st.Lag.Round(time.Millisecond)))
 		}
 		if st.Parked > 0 {
 			fmt.Fprintln(e.Stdout, "\nParked events wait for you: 'inbox outbox list --state parked', then 'inbox outbox unpark ID'.")
@@ -132,7 +133,7 @@ func runOutboxList(ctx context.Context, e *Env, args []string) error {
 		now := time.Now()
 		for _, r := range rows {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, command.Text(r.Topic), command.Text(command.Clip(string(r.Key), 24)), rowState(r), r.Attempts,
-				inbox.FormatDuration(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
+				duration.Format(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
 		}
 		return tw.Flush()
 	})

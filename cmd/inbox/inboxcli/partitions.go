@@ -13,6 +13,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command"
+	"github.com/txinbox/inbox/internal/duration"
 )
 
 // runPartitions is 'inbox partitions list|premake|drop': the day
@@ -127,7 +128,7 @@ func runPartitionsMaintain(ctx context.Context, e *Env, sub string, args []strin
 		p.Retention = retention.Value
 		if err := inbox.CheckPartitionRetention(p.Retention, horizon.Value, skew.Value); err != nil {
 			return command.Usagef("%w", &saidError{msg: fmt.Sprintf("--retention %s: shorter than the replay horizon %s plus the producers' clock skew %s (--max-skew): the partitioned inbox counts retention from the event's time, and a replay inside the horizon would find its day dropped",
-				inbox.FormatDuration(p.Retention), inbox.FormatDuration(horizon.Value), inbox.FormatDuration(skew.Value)), err: err})
+				duration.Format(p.Retention), duration.Format(horizon.Value), duration.Format(skew.Value)), err: err})
 		}
 	}
 	return withAdmin(ctx, e, sf, cfg, func(c *inbox.Admin) error {
@@ -194,7 +195,7 @@ func runPartitionsAdopt(ctx context.Context, e *Env, args []string) error {
 // partition.
 func aheadOfSkew(ahead, skew time.Duration) error {
 	if ahead < skew {
-		return command.Usagef("--ahead %s is shorter than --max-skew %s: ids within the skew would find no partition", inbox.FormatDuration(ahead), inbox.FormatDuration(skew))
+		return command.Usagef("--ahead %s is shorter than --max-skew %s: ids within the skew would find no partition", duration.Format(ahead), duration.Format(skew))
 	}
 	return nil
 }
@@ -332,7 +333,7 @@ func coverage(out partitionsJSON) string {
 	}
 	return fmt.Sprintf("ids from %s to %s are taken: %s back and %s ahead of the database's clock (%s)",
 		out.Oldest.Format(time.DateOnly), out.Newest.Format(time.DateOnly),
-		inbox.FormatDuration(time.Duration(out.BackSecs)*time.Second), inbox.FormatDuration(time.Duration(out.AheadSecs)*time.Second),
+		duration.Format(time.Duration(out.BackSecs)*time.Second), duration.Format(time.Duration(out.AheadSecs)*time.Second),
 		out.Now.Format(time.RFC3339))
 }
 
