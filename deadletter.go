@@ -9,7 +9,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
 )
 
@@ -134,7 +133,7 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 		LastSeen:  c.config.Now(),
 	}
 	if err := c.driver.DeadLetter(ctx, d); err != nil {
-		return atStage(StageDeadLetter, fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.classify(err)))
+		return atStage(StageDeadLetter, fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.admin.classify(err)))
 	}
 	if c.config.Observer != nil {
 		c.config.Observer.DeadLettered(ctx, &DeadLetterEvent{Consumer: p.Consumer, MessageID: id, Reason: reason, Attempts: p.Attempts, Err: p.Err})
@@ -169,20 +168,12 @@ func deadLetterKey(id string, m Message) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// ListDeadLettersParams filter a listing of dead letters.
-type ListDeadLettersParams struct {
-	// Consumer keeps one consumer's dead letters, when not empty.
-	Consumer string
-	// Limit bounds the list. Defaults to 100.
-	Limit int
-}
-
 // ListDeadLetters lists dead letters, newest first.
-func (a *Admin) ListDeadLetters(ctx context.Context, p ListDeadLettersParams) ([]*inboxtype.DeadLetter, error) {
+func (a *Admin) ListDeadLetters(ctx context.Context, p inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	ds, err := a.driver.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: p.Consumer, Limit: p.Limit})
+	ds, err := a.driver.DeadLetters(ctx, &p)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list dead letters: %w", a.classify(err))
 	}
@@ -210,7 +201,7 @@ func (a *Admin) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLet
 // letters an operator asked for (Admin.ReplayDeadLetters), use
 // ProcessReplays.
 func (c *Client[TTx]) ProcessDeadLetter(ctx context.Context, id int64, h Handler[TTx]) (Outcome, error) {
-	d, err := c.GetDeadLetter(ctx, id)
+	d, err := c.admin.GetDeadLetter(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -222,7 +213,7 @@ func (c *Client[TTx]) ProcessDeadLetter(ctx context.Context, id int64, h Handler
 		return 0, fmt.Errorf("inbox: replay dead letter %d: %w", id, trimPrefix{err})
 	}
 	if _, err := c.driver.DeadLetterDelete(ctx, id); err != nil {
-		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.classify(err))
+		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.admin.classify(err))
 	}
 	return outcome, nil
 }

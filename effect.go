@@ -130,7 +130,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	if !ok {
 		return nil, fmt.Errorf("%w: Effect needs the consumer: call it with the context Process passes to the handler, or wrap ctx with WithConsumer", ErrInvalidConsumer)
 	}
-	id, err := c.check(consumer, msg.ID)
+	id, err := c.admin.check(consumer, msg.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	if opts == nil {
 		opts = &EffectOpts{}
 	}
-	store, err := c.effectStore()
+	store, err := c.admin.effectStore()
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +154,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		EffectKeyParams: k, Now: c.config.Now(), RetryStarted: !opts.NonIdempotent,
 	})
 	if err != nil {
-		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err)))
+		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.admin.classify(err)))
 	}
 	if !started {
 		if e.State == inboxtype.EffectDone {
@@ -183,7 +183,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		if errors.As(callErr, &ne) {
 			if _, err := store.EffectFailed(wctx, &k); err != nil {
 				return nil, errors.Join(fmt.Errorf("inbox: effect %s: call: %w", where(), callErr),
-					atStage(StageLedger, fmt.Errorf("record failed: %w", c.classify(err))))
+					atStage(StageLedger, fmt.Errorf("record failed: %w", c.admin.classify(err))))
 			}
 		}
 		return nil, fmt.Errorf("inbox: effect %s: call: %w", where(), callErr)
@@ -191,7 +191,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	fault.Inject(ctx, fault.EffectAfterCall)
 	ok, err = store.EffectDone(wctx, &inboxdriver.EffectDoneParams{EffectKeyParams: k, Result: result, Now: c.config.Now()})
 	if err != nil {
-		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.classify(err)))
+		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.admin.classify(err)))
 	}
 	if !ok {
 		return nil, fmt.Errorf("inbox: effect %s: the call succeeded, but its ledger entry was forgotten, purged or resolved while it ran", where())
@@ -220,29 +220,14 @@ func validateStep(step string) error {
 	return nil
 }
 
-// ListEffectsParams filter ListEffects. Zero fields do not filter.
-type ListEffectsParams struct {
-	Consumer string
-	// MessageID lists the steps of one message.
-	MessageID string
-	State     inboxtype.EffectState
-	// StartedBefore keeps the entries whose latest attempt started before
-	// it. With State EffectStarted, it finds stuck steps: calls that
-	// started long ago and were never recorded done.
-	StartedBefore time.Time
-	// Limit bounds the list. Defaults to 100.
-	Limit int
-}
-
 // ListEffects lists entries of the effects ledger, oldest start first.
-func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxtype.EffectEntry, error) {
+func (a *Admin) ListEffects(ctx context.Context, p inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	store, err := a.effectStore()
 	if err != nil {
 		return nil, err
 	}
-	lp := &inboxdriver.EffectListParams{Consumer: p.Consumer, State: p.State, StartedBefore: p.StartedBefore, Limit: p.Limit}
-	if lp.Limit <= 0 {
-		lp.Limit = 100
+	if p.Limit <= 0 {
+		p.Limit = 100
 	}
 	if p.Consumer != "" {
 		if err := ValidateConsumer(p.Consumer); err != nil {
@@ -250,16 +235,16 @@ func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxt
 		}
 	}
 	if p.MessageID != "" {
-		if lp.ID, err = a.canonicalID(p.MessageID); err != nil {
+		if p.MessageID, err = a.canonicalID(p.MessageID); err != nil {
 			return nil, fmt.Errorf("inbox: list effects: %w", trimPrefix{err})
 		}
 	}
 	switch p.State {
 	case "", inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone:
 	default:
-		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone)
+		return nil, fmt.Errorf("inbox: EffectListParams.State %q: want %q, %q or %q", p.State, inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone)
 	}
-	es, err := store.EffectList(ctx, lp)
+	es, err := store.EffectList(ctx, &p)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list effects: %w", a.classify(err))
 	}

@@ -117,15 +117,15 @@ func (c *Client[TTx]) ProcessReplays(ctx context.Context, consumer string, h Han
 	if err := ValidateConsumer(consumer); err != nil {
 		return nil, err
 	}
-	rs, err := c.replayStore()
+	rs, err := c.admin.replayStore()
 	if err != nil {
 		return nil, err
 	}
 	var results []ReplayResult
 	for range MaxReplayPerCall / replayPage {
-		page, err := rs.DeadLettersMarked(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: replayPage})
+		page, err := rs.DeadLettersMarked(ctx, &inboxtype.DeadLetterListParams{Consumer: consumer, Limit: replayPage})
 		if err != nil {
-			return results, fmt.Errorf("inbox: list dead letters of %s marked for replay: %w", consumer, c.classify(err))
+			return results, fmt.Errorf("inbox: list dead letters of %s marked for replay: %w", consumer, c.admin.classify(err))
 		}
 		if len(page) == 0 {
 			break
@@ -151,7 +151,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		// Deleting it deletes its mark. If this fails, it stays marked, and
 		// the next call finds it a Duplicate.
 		if _, err := c.driver.DeadLetterDelete(ctx, d.ID); err != nil {
-			return ReplayResult{}, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", d.ID, outcome, c.classify(err))
+			return ReplayResult{}, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", d.ID, outcome, c.admin.classify(err))
 		}
 		return ReplayResult{DeadLetter: d, Outcome: outcome}, nil
 	}
@@ -162,7 +162,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		return ReplayResult{}, derr
 	}
 	if _, uerr := rs.DeadLetterUnmarkReplay(ctx, d.ID); uerr != nil {
-		return ReplayResult{}, fmt.Errorf("inbox: unmark dead letter %d after its replay failed: %w", d.ID, c.classify(uerr))
+		return ReplayResult{}, fmt.Errorf("inbox: unmark dead letter %d after its replay failed: %w", d.ID, c.admin.classify(uerr))
 	}
 	return ReplayResult{DeadLetter: d, Err: err}, nil
 }

@@ -56,7 +56,7 @@ type Store interface {
 // (package outbox).
 type Outbox interface {
 	// OutboxStats counts the pending, parked and kept events.
-	OutboxStats(ctx context.Context) (*inbox.OutboxStats, error)
+	OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error)
 	// OutboxList lists events in state (pending, parked, published; empty
 	// for all), oldest first.
 	OutboxList(ctx context.Context, state string, limit int) ([]*inboxdriver.OutboxRow, error)
@@ -75,9 +75,9 @@ var ErrUnsupported = errors.New("inboxadmin: the store does not keep this")
 // FromClient adapts c to the Store the page reads. It also returns the
 // store's outbox, or nil when the store keeps none.
 func FromClient[TTx any](c *inbox.Client[TTx]) (Store, Outbox) {
-	s := FromAdmin(c.Admin, c.Driver().Tables().Layout == inboxdriver.LayoutPartitioned)
+	s := FromAdmin(c.Admin(), c.Driver().Tables().Layout == inboxdriver.LayoutPartitioned)
 	if a, ok := c.Driver().(inboxdriver.OutboxAdmin); ok {
-		return s, driverOutbox{a: a, now: c.Config().Now}
+		return s, OutboxOf(c.Admin(), a)
 	}
 	return s, nil
 }
@@ -88,13 +88,12 @@ func FromAdmin(a *inbox.Admin, partitioned bool) Store {
 	return adminStore{a: a, partitioned: partitioned}
 }
 
-// OutboxOf adapts a store's outbox administration to the Outbox the page
-// reads; now is the clock of its lag and of the operator's changes.
-func OutboxOf(a inboxdriver.OutboxAdmin, now func() time.Time) Outbox {
-	if now == nil {
-		now = time.Now
-	}
-	return driverOutbox{a: a, now: now}
+// OutboxOf adapts a store's outbox administration, oa, to the Outbox the
+// page reads; admin, an Admin over the same store, reads its statistics,
+// and admin's Config.Now is the clock of its lag and of the operator's
+// changes.
+func OutboxOf(admin *inbox.Admin, oa inboxdriver.OutboxAdmin) Outbox {
+	return driverOutbox{admin: admin, a: oa, now: admin.Config().Now}
 }
 
 // adminStore is a Store over an *inbox.Admin.
@@ -166,12 +165,13 @@ func (s adminStore) Partitions(ctx context.Context) (*inboxtype.PartitionState, 
 
 // driverOutbox is an Outbox over a store's OutboxAdmin.
 type driverOutbox struct {
-	a   inboxdriver.OutboxAdmin
-	now func() time.Time
+	admin *inbox.Admin
+	a     inboxdriver.OutboxAdmin
+	now   func() time.Time
 }
 
-func (o driverOutbox) OutboxStats(ctx context.Context) (*inbox.OutboxStats, error) {
-	return inbox.ReadOutboxStats(ctx, o.a, o.now())
+func (o driverOutbox) OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error) {
+	return o.admin.OutboxStats(ctx)
 }
 
 func (o driverOutbox) OutboxList(ctx context.Context, state string, limit int) ([]*inboxdriver.OutboxRow, error) {

@@ -71,7 +71,7 @@ type Partitioner interface {
 	// made with CREATE TABLE then ATTACH PARTITION, and dropped with DETACH
 	// PARTITION … CONCURRENTLY then DROP TABLE. A detach that an earlier
 	// run left pending is finished first.
-	MaintainPartitions(ctx context.Context, p *MaintainPartitionsParams) (*inboxtype.PartitionReport, error)
+	MaintainPartitions(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionReport, error)
 }
 
 // Defaults of PartitionConfig.
@@ -140,20 +140,6 @@ func (c PartitionConfig) Validate() error {
 
 // MaxPartitionsPerRun bounds the partitions one maintenance run makes.
 const MaxPartitionsPerRun = 400
-
-// MaintainPartitionsParams say what a maintenance run does.
-type MaintainPartitionsParams struct {
-	// Premake makes the partitions missing up to PartitionConfig.Premake
-	// ahead.
-	Premake bool
-	// Drop drops the partitions whose every id is older than Retention,
-	// counted from the ids' time on the database's clock.
-	Drop bool
-	// Retention must be positive when Drop is set.
-	Retention time.Duration
-	// DryRun plans the run and changes nothing.
-	DryRun bool
-}
 
 // PartitionMiss says why no partition covers an id.
 type PartitionMiss string

@@ -28,7 +28,7 @@ type ReplayStore interface {
 
 	// DeadLettersMarked lists p.Consumer's dead letters that are marked
 	// for replay, oldest mark first, at most p.Limit.
-	DeadLettersMarked(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
+	DeadLettersMarked(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterUnmarkReplay clears the replay mark of one dead letter and
 	// reports whether it was marked.

@@ -122,7 +122,7 @@ func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool,
 // ForgetCount implements inboxdriver.Admin.
 func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
 	var n inboxdriver.ForgetCounts
-	err := d.pool.QueryRow(ctx, d.q.forgetCount, p.Consumer, p.ID).Scan(&n.Inbox, &n.Effects)
+	err := d.pool.QueryRow(ctx, d.q.forgetCount, p.Consumer, p.ID).Scan(&n.InboxRows, &n.Effects)
 	return n, err
 }
 

@@ -265,7 +265,7 @@ func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams
 	if !p.StartedBefore.IsZero() {
 		before = d.timeArg(p.StartedBefore)
 	}
-	query, args := d.q.effectList(p.Consumer, p.ID, string(p.State), before, p.Limit)
+	query, args := d.q.effectList(p.Consumer, p.MessageID, string(p.State), before, p.Limit)
 	rows, err := d.EffectsDB().QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err

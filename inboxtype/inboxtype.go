@@ -1,6 +1,6 @@
 // Package inboxtype holds the types that the inbox's client and its stores
 // both hand to users: dead letters, statistics, effect-ledger entries and
-// partitions. It imports nothing of the project, so that the root package
+// partitions, and the parameters of the operator's operations. It imports nothing of the project, so that the root package
 // inbox and the store seam inboxdriver can both use it.
 package inboxtype
 
@@ -12,6 +12,34 @@ type Stats struct {
 	// TableBytes is the size of the inbox table with its indexes, or -1
 	// where the store cannot tell.
 	TableBytes int64
+}
+
+// OutboxStats describe a store's outbox (package outbox): the producer's
+// events that relays have not published yet. Read them with
+// inbox.Admin.OutboxStats.
+type OutboxStats struct {
+	// Pending counts the events not yet published, claimed by a relay or
+	// not; Parked those parked for an operator; Published those kept after
+	// publishing (outbox.RelayConfig.KeepPublished).
+	Pending   int64
+	Parked    int64
+	Published int64
+	// OldestPending is when the oldest pending event was enqueued, or zero.
+	OldestPending time.Time
+	// Lag is the age of the oldest pending event, by the clock of the
+	// Admin that read them (inbox.Config.Now): how far the relays are
+	// behind. Zero when nothing is pending. A store's driver leaves it
+	// zero.
+	Lag time.Duration
+}
+
+// ForgetCounts are the rows of one message that inbox.Admin.Forget
+// deletes (inbox.Admin.ForgetCount counts them).
+type ForgetCounts struct {
+	// InboxRows counts its inbox row: 0 or 1.
+	InboxRows int64
+	// Effects counts its effect-ledger entries, one per step.
+	Effects int64
 }
 
 // ConsumerStats describe one consumer's rows.
