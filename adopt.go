@@ -8,7 +8,7 @@ import (
 	"github.com/txinbox/inbox/inboxtype"
 )
 
-// AdoptPlainInbox moves an inbox that was migrated with the plain layout to
+// PartitionAdopt moves an inbox that was migrated with the plain layout to
 // the partitioned layout (Postgres), while consumers keep running, and
 // without a window in which a duplicate could apply.
 //
@@ -23,7 +23,7 @@ import (
 // attempt at most p.LockTimeout, and claims that arrive meanwhile wait
 // behind it.
 //
-// Partition maintenance that drops (RunCleaner, MaintainPartitions with
+// Partition maintenance that drops (RunCleaner, PartitionMaintain with
 // Drop) retires the frozen table once none of its ids falls inside the
 // partitions: any replay of them is then refused as expired.
 //
@@ -31,7 +31,7 @@ import (
 // process still configured with the plain layout claims correctly after it,
 // but its cleaner's purge would run the plain table's statement on the
 // partitioned one.
-func (a *Admin) AdoptPlainInbox(ctx context.Context, p inboxtype.PartitionAdoptParams) (*inboxtype.AdoptReport, error) {
+func (a *Admin) PartitionAdopt(ctx context.Context, p inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error) {
 	ad, ok := a.driver.(inboxdriver.Adopter)
 	if !ok || !a.partitioned() {
 		return nil, fmt.Errorf("inbox: adopt: configure the store with Tables.Layout %q, the layout the inbox moves to (a Postgres store)", inboxdriver.LayoutPartitioned)
@@ -40,7 +40,7 @@ func (a *Admin) AdoptPlainInbox(ctx context.Context, p inboxtype.PartitionAdoptP
 		pc := partitionConfig(a.driver)
 		p.Backfill = max(pc.Backfill, a.config.Retention+pc.MaxSkew)
 	}
-	rep, err := ad.AdoptPlainInbox(ctx, &p)
+	rep, err := ad.PartitionAdopt(ctx, &p)
 	if err != nil {
 		return rep, a.classify(err) // the store's errors say "inbox: adopt: …
 	}

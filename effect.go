@@ -163,7 +163,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		}
 		c.logger.WarnContext(ctx, "inbox: effect outcome unknown; not calling again", "consumer", consumer, "id", id, "step", step,
 			"attempts", e.Attempts, "started_at", e.StartedAt)
-		return nil, fmt.Errorf("inbox: effect %s: %w: attempt %d started at %s and was never recorded done, and the step is declared non-idempotent: check with the provider, then ResolveEffect",
+		return nil, fmt.Errorf("inbox: effect %s: %w: attempt %d started at %s and was never recorded done, and the step is declared non-idempotent: check with the provider, then EffectResolve",
 			where(), ErrUnknownOutcome, e.Attempts, e.StartedAt.UTC().Format(time.RFC3339))
 	}
 	if e.Attempts > 1 {
@@ -220,8 +220,8 @@ func validateStep(step string) error {
 	return nil
 }
 
-// ListEffects lists entries of the effects ledger, oldest start first.
-func (a *Admin) ListEffects(ctx context.Context, p inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
+// EffectList lists entries of the effects ledger, oldest start first.
+func (a *Admin) EffectList(ctx context.Context, p inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	store, err := a.effectStore()
 	if err != nil {
 		return nil, err
@@ -251,8 +251,8 @@ func (a *Admin) ListEffects(ctx context.Context, p inboxtype.EffectListParams) (
 	return es, nil
 }
 
-// ResolveEffectParams settle a step whose outcome is unknown.
-type ResolveEffectParams struct {
+// EffectResolveParams settle a step whose outcome is unknown.
+type EffectResolveParams struct {
 	Consumer  string
 	MessageID string
 	Step      string
@@ -266,11 +266,11 @@ type ResolveEffectParams struct {
 	Result []byte
 }
 
-// ResolveEffect settles, for an operator, a step left started, such as one
+// EffectResolve settles, for an operator, a step left started, such as one
 // that parked its message with ErrUnknownOutcome. Check with the provider
 // first; then replay the message's dead letter. It returns an error
 // wrapping ErrNotFound when the step is not in state EffectStarted.
-func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
+func (a *Admin) EffectResolve(ctx context.Context, p EffectResolveParams) error {
 	id, err := a.check(p.Consumer, p.MessageID)
 	if err != nil {
 		return err
@@ -279,7 +279,7 @@ func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error 
 		return err
 	}
 	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
-		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
+		return fmt.Errorf("inbox: EffectResolveParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
 	}
 	store, err := a.effectStore()
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // after fixing a handler that applied a message wrongly; the effect-ledger
 // rows of the message go with it, so its remote calls are made again, with
 // the same keys (a provider that honours them returns its first results).
-// To settle one remote call whose outcome is unknown, use ResolveEffect
+// To settle one remote call whose outcome is unknown, use EffectResolve
 // instead. It returns an error wrapping ErrNotFound when there is neither
 // such a row nor a ledger entry of the message.
 func (a *Admin) Forget(ctx context.Context, consumer, id string) error {

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
@@ -22,19 +23,19 @@ type Store interface {
 	// delivered again (inbox.Config.ReplayHorizon).
 	ReplayHorizon() time.Duration
 
-	// ListDeadLetters lists dead letters, newest first; consumer filters
+	// DeadLetterList lists dead letters, newest first; consumer filters
 	// when not empty.
-	ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error)
-	// GetDeadLetter returns one dead letter, or an error wrapping
+	DeadLetterList(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error)
+	// DeadLetterGet returns one dead letter, or an error wrapping
 	// inbox.ErrNotFound.
-	GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
-	// DeleteDeadLetter deletes one dead letter, or returns an error
+	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
+	// DeadLetterDelete deletes one dead letter, or returns an error
 	// wrapping inbox.ErrNotFound.
-	DeleteDeadLetter(ctx context.Context, id int64) error
-	// MarkReplay marks one dead letter for replay: the application's next
+	DeadLetterDelete(ctx context.Context, id int64) error
+	// DeadLetterReplay marks one dead letter for replay: the application's next
 	// replay of its consumer processes it with the handler. It reports
 	// false when it was marked already.
-	MarkReplay(ctx context.Context, id int64) (bool, error)
+	DeadLetterReplay(ctx context.Context, id int64) (bool, error)
 
 	// StuckEffects lists the remote-effect steps started before before and
 	// never recorded done, oldest first. It returns an error wrapping
@@ -44,8 +45,8 @@ type Store interface {
 	// or an error wrapping inbox.ErrNotFound; it wraps ErrUnsupported when
 	// the store keeps no ledger.
 	Effect(ctx context.Context, consumer, messageID, step string) (*inboxtype.EffectEntry, error)
-	// ResolveEffect settles a started step as done or failed.
-	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
+	// EffectResolve settles a started step as done or failed.
+	EffectResolve(ctx context.Context, p inbox.EffectResolveParams) error
 
 	// Partitions lists the partitions of a partitioned inbox; it returns
 	// nil and no error when the inbox is not partitioned.
@@ -105,20 +106,20 @@ type adminStore struct {
 func (s adminStore) Stats(ctx context.Context) (*inboxtype.Stats, error) { return s.a.Stats(ctx) }
 func (s adminStore) ReplayHorizon() time.Duration                        { return s.a.Config().ReplayHorizon }
 
-func (s adminStore) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error) {
-	return s.a.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: limit})
+func (s adminStore) DeadLetterList(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error) {
+	return s.a.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: limit})
 }
 
-func (s adminStore) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
-	return s.a.GetDeadLetter(ctx, id)
+func (s adminStore) DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
+	return s.a.DeadLetterGet(ctx, id)
 }
 
-func (s adminStore) DeleteDeadLetter(ctx context.Context, id int64) error {
-	return s.a.DeleteDeadLetter(ctx, id)
+func (s adminStore) DeadLetterDelete(ctx context.Context, id int64) error {
+	return s.a.DeadLetterDelete(ctx, id)
 }
 
-func (s adminStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
-	n, err := s.a.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id})
+func (s adminStore) DeadLetterReplay(ctx context.Context, id int64) (bool, error) {
+	n, err := s.a.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: id})
 	if errors.Is(err, inbox.ErrReplayUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
@@ -126,7 +127,7 @@ func (s adminStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
 }
 
 func (s adminStore) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inboxtype.EffectEntry, error) {
-	es, err := s.a.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inboxtype.EffectStarted, StartedBefore: before, Limit: limit})
+	es, err := s.a.EffectList(ctx, inboxtype.EffectListParams{Consumer: consumer, State: inboxtype.EffectStarted, StartedBefore: before, Limit: limit})
 	if errors.Is(err, inbox.ErrEffectsUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
@@ -137,7 +138,7 @@ func (s adminStore) StuckEffects(ctx context.Context, consumer string, before ti
 const effectsPerMessage = 1000
 
 func (s adminStore) Effect(ctx context.Context, consumer, messageID, step string) (*inboxtype.EffectEntry, error) {
-	es, err := s.a.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, MessageID: messageID, Limit: effectsPerMessage})
+	es, err := s.a.EffectList(ctx, inboxtype.EffectListParams{Consumer: consumer, MessageID: messageID, Limit: effectsPerMessage})
 	if errors.Is(err, inbox.ErrEffectsUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
@@ -152,8 +153,8 @@ func (s adminStore) Effect(ctx context.Context, consumer, messageID, step string
 	return nil, fmt.Errorf("no step %s/%s/%s in the effects ledger: %w", consumer, messageID, step, inbox.ErrNotFound)
 }
 
-func (s adminStore) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
-	return s.a.ResolveEffect(ctx, p)
+func (s adminStore) EffectResolve(ctx context.Context, p inbox.EffectResolveParams) error {
+	return s.a.EffectResolve(ctx, p)
 }
 
 func (s adminStore) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {

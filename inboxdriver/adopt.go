@@ -10,7 +10,7 @@ import (
 // partitioned layout while consumers run (the Postgres stores). The client
 // finds it with a type assertion.
 type Adopter interface {
-	// AdoptPlainInbox moves the store's inbox, a plain table, to the
+	// PartitionAdopt moves the store's inbox, a plain table, to the
 	// partitioned layout without a window in which a duplicate could
 	// apply. It makes a partitioned table beside the plain one, with its
 	// partitions, and a trigger on it that looks each new row up in the
@@ -21,6 +21,6 @@ type Adopter interface {
 	// claimed. Partition maintenance drops the frozen table, and the
 	// trigger, once no id it holds could be claimed again (see
 	// inboxtype.FrozenInbox). One maintainer runs at a time, as for
-	// MaintainPartitions.
-	AdoptPlainInbox(ctx context.Context, p *inboxtype.PartitionAdoptParams) (*inboxtype.AdoptReport, error)
+	// PartitionMaintain.
+	PartitionAdopt(ctx context.Context, p *inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error)
 }

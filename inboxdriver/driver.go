@@ -138,8 +138,8 @@ type Admin interface {
 	// its reason, error, attempts and last-seen time.
 	DeadLetter(ctx context.Context, d *inboxtype.DeadLetter) error
 
-	// DeadLetters lists dead letters, newest first.
-	DeadLetters(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
+	// DeadLetterList lists dead letters, newest first.
+	DeadLetterList(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterGet returns one dead letter, or ErrNotFound.
 	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)

@@ -64,14 +64,14 @@ type Partitioner interface {
 	// tables that maintenance left detached.
 	Partitions(ctx context.Context) (*inboxtype.PartitionState, error)
 
-	// MaintainPartitions makes the partitions that are missing ahead and
+	// PartitionMaintain makes the partitions that are missing ahead and
 	// drops the expired ones, as p says. One maintainer runs at a time,
 	// under a store-wide lock: when another holds it, nothing is done and
 	// the report says Skipped. Claims are never blocked: partitions are
 	// made with CREATE TABLE then ATTACH PARTITION, and dropped with DETACH
 	// PARTITION … CONCURRENTLY then DROP TABLE. A detach that an earlier
 	// run left pending is finished first.
-	MaintainPartitions(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionReport, error)
+	PartitionMaintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error)
 }
 
 // Defaults of PartitionConfig.

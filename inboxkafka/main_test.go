@@ -41,7 +41,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"os"
 	"sort"
 	"strconv"
@@ -49,6 +48,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -570,7 +571,7 @@ func (e *env) waitCommittedToEnd(timeout time.Duration) {
 // deadLetters returns the stored dead letters, oldest first.
 func (e *env) deadLetters() []*inboxtype.DeadLetter {
 	e.t.Helper()
-	ds, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Limit: 1000})
+	ds, err := e.client.DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Limit: 1000})
 	require.NoError(e.t, err)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].Offset < ds[j].Offset })
 	return ds

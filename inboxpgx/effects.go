@@ -80,7 +80,7 @@ func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolve
 }
 
 // EffectList implements inboxdriver.EffectStore.
-func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxtype.EffectEntry, error) {
+func (d *Driver) EffectList(ctx context.Context, p *inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	var id, before any
 	if p.MessageID != "" {
 		id = p.MessageID

@@ -182,7 +182,7 @@ func TestGrants(t *testing.T) {
 					return err
 				}
 			}
-			if _, err := op.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"}); err != nil {
+			if _, err := op.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"}); err != nil {
 				return err
 			}
 			_, err := app.ProcessReplays(ctx, "billing", h)

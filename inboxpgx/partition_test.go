@@ -131,12 +131,12 @@ DROP TABLE `+pgx.Identifier{schema, p.Name}.Sanitize())
 	defer func() { _ = d.Rollback(ctx, tx) }()
 
 	type result struct {
-		rep *inboxtype.PartitionReport
+		rep *inboxtype.PartitionMaintainReport
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Premake: true, Drop: true})
+		rep, err := c.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
 		done <- result{rep, err}
 	}()
 	awaitDetachPending(t, d.Pool(), schema)
@@ -217,7 +217,7 @@ func TestPartitionMaintenanceFinishesInterruptedRuns(t *testing.T) {
 	require.True(t, inbox.IsRetryable(err), "%v", err)
 	require.False(t, inbox.IsPermanent(err), "%v", err)
 
-	rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Premake: true})
+	rep, err := c.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Premake: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Finalized, 1)
 	require.Equal(t, pending.Name, rep.Finalized[0].Name)
@@ -245,7 +245,7 @@ func TestPartitionedPipelined(t *testing.T) {
 	c := newClient(t, d, &inbox.Config{ReplayHorizon: time.Hour, Retention: 2 * 24 * time.Hour})
 	old := credit(inboxtest.NewIDAt(time.Now().Add(-5*24*time.Hour)), 1)
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", old, f.credit()))
-	_, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true})
+	_, err := c.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true})
 	require.NoError(t, err)
 
 	_, err = c.Process(ctx, "billing", old, f.credit())

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"sync"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,11 +19,11 @@ type StatsSource interface {
 	Stats(ctx context.Context) (*inboxtype.Stats, error)
 	// OutboxStats returns inbox.ErrNoOutbox when the store keeps none:
 	// the outbox's gauges are left out.
-	OutboxStats(ctx context.Context) (*inbox.OutboxStats, error)
-	// ListEffects returns an error wrapping inbox.ErrEffectsUnsupported
+	OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error)
+	// EffectList returns an error wrapping inbox.ErrEffectsUnsupported
 	// when the store keeps no effects ledger: inbox_effects_stuck is left
 	// out.
-	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inboxtype.EffectEntry, error)
+	EffectList(ctx context.Context, p inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error)
 	Config() inbox.Config
 }
 
@@ -194,7 +195,7 @@ func (c *StatsCollector) collect() ([]prometheus.Metric, error) {
 			gauge(c.headroom, (cov - c.cfg.ReplayHorizon).Seconds(), cs.Consumer)
 		}
 	}
-	effects, err := c.src.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-c.cfg.StuckAfter), Limit: MaxStuckEffects})
+	effects, err := c.src.EffectList(ctx, inboxtype.EffectListParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-c.cfg.StuckAfter), Limit: MaxStuckEffects})
 	switch {
 	case errors.Is(err, inbox.ErrEffectsUnsupported):
 	case err != nil:

@@ -93,18 +93,18 @@ func (x *suite[TTx]) startStep(consumer, id, step string, at time.Time) {
 	requireEqual(x.t, "started a new step", started, true)
 }
 
-func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inbox.ListEffectsParams) []*inboxtype.EffectEntry {
+func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inboxtype.EffectListParams) []*inboxtype.EffectEntry {
 	x.t.Helper()
-	es, err := c.ListEffects(context.Background(), p)
+	es, err := c.EffectList(context.Background(), p)
 	if err != nil {
-		x.t.Fatalf("ListEffects: %v", err)
+		x.t.Fatalf("EffectList: %v", err)
 	}
 	return es
 }
 
 func (x *suite[TTx]) entry(c *inbox.Client[TTx], consumer, id, step string) *inboxtype.EffectEntry {
 	x.t.Helper()
-	for _, e := range x.entries(c, inbox.ListEffectsParams{Consumer: consumer, MessageID: id}) {
+	for _, e := range x.entries(c, inboxtype.EffectListParams{Consumer: consumer, MessageID: id}) {
 		if e.Step == step {
 			return e
 		}
@@ -216,16 +216,16 @@ func effectCases[TTx any]() []testCase[TTx] {
 			}
 
 			// Stuck steps: started and not done, before a cutoff.
-			stuck := x.entries(c, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-time.Minute)})
+			stuck := x.entries(c, inboxtype.EffectListParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-time.Minute)})
 			requireEqual(t, "stuck steps", len(stuck), 1)
 			requireEqual(t, "stuck id", stuck[0].MessageID, id)
-			requireEqual(t, "stuck steps before the start", len(x.entries(c, inbox.ListEffectsParams{
+			requireEqual(t, "stuck steps before the start", len(x.entries(c, inboxtype.EffectListParams{
 				State: inboxtype.EffectStarted, StartedBefore: started})), 0)
-			requireEqual(t, "done steps", len(x.entries(c, inbox.ListEffectsParams{State: inboxtype.EffectDone})), 0)
+			requireEqual(t, "done steps", len(x.entries(c, inboxtype.EffectListParams{State: inboxtype.EffectDone})), 0)
 
 			// An operator finds the capture at the provider and settles the
 			// step as done, with the provider's result.
-			err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+			err := c.EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: strings.ToUpper(id), Step: "capture", State: inboxtype.EffectDone, Result: []byte("cap_42")})
 			if err != nil {
 				t.Fatal(err)
@@ -233,7 +233,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 			requireKeys(t, r)
 			requireEqual(t, "result", last.Load(), any("cap_42"))
-			requireErrorIs(t, c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+			requireErrorIs(t, c.EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}), inbox.ErrNotFound)
 		}},
 
@@ -242,7 +242,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			r := &remote{}
 			id := NewID()
 			x.startStep("billing", id, "capture", time.Now())
-			if err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+			if err := c.EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}); err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 			requireKeys(t, r, inbox.EffectKey("billing", id, "capture"))
 			requireEqual(t, "attempts", x.entry(c, "billing", id, "capture").Attempts, 2)
-			err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+			err := c.EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectStarted})
 			if err == nil || !strings.Contains(err.Error(), "State") {
 				t.Fatalf("resolving to started should be refused, naming the field: %v", err)
@@ -305,8 +305,8 @@ func effectCases[TTx any]() []testCase[TTx] {
 				RequireApplied(t)(c.Process(context.Background(), consumer, msg(id), h))
 			}
 			requireKeys(t, r, inbox.EffectKey("billing", id, "capture"), inbox.EffectKey("inventory", id, "capture"))
-			requireEqual(t, "entries", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 2)
-			requireEqual(t, "billing entries", len(x.entries(c, inbox.ListEffectsParams{Consumer: "billing"})), 1)
+			requireEqual(t, "entries", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 2)
+			requireEqual(t, "billing entries", len(x.entries(c, inboxtype.EffectListParams{Consumer: "billing"})), 1)
 		}},
 
 		{"EffectInBatch", func(t *testing.T, x *suite[TTx]) {
@@ -353,7 +353,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			_, err = c.Effect(inbox.WithConsumer(ctx, " billing"), msg(id), "capture", r.call, nil)
 			requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 			requireKeys(t, r)
-			requireEqual(t, "entries", len(x.entries(c, inbox.ListEffectsParams{})), 0)
+			requireEqual(t, "entries", len(x.entries(c, inboxtype.EffectListParams{})), 0)
 
 			// A driver without the ledger says so.
 			plain, err := inbox.NewClient[TTx](&countingDriver[TTx]{Driver: x.s.Driver}, nil)
@@ -399,12 +399,12 @@ func effectCases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			n, err := c.ForgetCount(ctx, "billing", id)
 			requireEqual(t, "forget count error", err, nil)
-			requireEqual(t, "rows to forget", n, inbox.ForgetResult{InboxRows: 1, Effects: 1})
-			requireEqual(t, "entries after the count", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 1)
+			requireEqual(t, "rows to forget", n, inboxtype.ForgetCounts{InboxRows: 1, Effects: 1})
+			requireEqual(t, "entries after the count", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 1)
 			if err := c.Forget(ctx, "billing", id); err != nil {
 				t.Fatal(err)
 			}
-			requireEqual(t, "entries after Forget", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 0)
+			requireEqual(t, "entries after Forget", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 0)
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			key := inbox.EffectKey("billing", id, "capture")
 			requireKeys(t, r, key, key)
@@ -415,11 +415,11 @@ func effectCases[TTx any]() []testCase[TTx] {
 			x.startStep("billing", parked, "capture", time.Now())
 			n, err = c.ForgetCount(ctx, "billing", parked)
 			requireEqual(t, "forget count error", err, nil)
-			requireEqual(t, "rows to forget of a parked message", n, inbox.ForgetResult{InboxRows: 0, Effects: 1})
+			requireEqual(t, "rows to forget of a parked message", n, inboxtype.ForgetCounts{InboxRows: 0, Effects: 1})
 			if err := c.Forget(ctx, "billing", parked); err != nil {
 				t.Fatalf("Forget of a message with only a ledger entry: %v", err)
 			}
-			requireEqual(t, "entries after Forget", len(x.entries(c, inbox.ListEffectsParams{MessageID: parked})), 0)
+			requireEqual(t, "entries after Forget", len(x.entries(c, inboxtype.EffectListParams{MessageID: parked})), 0)
 			requireErrorIs(t, c.Forget(ctx, "billing", parked), inbox.ErrNotFound)
 		}},
 
@@ -447,10 +447,10 @@ func effectCases[TTx any]() []testCase[TTx] {
 			}
 			requireEqual(t, "purged", n, int64(3))
 			for _, id := range oldIDs {
-				requireEqual(t, "entries of a purged message", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 0)
+				requireEqual(t, "entries of a purged message", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 0)
 			}
-			requireEqual(t, "entries of the new message", len(x.entries(c, inbox.ListEffectsParams{MessageID: newID})), 1)
-			requireEqual(t, "entries of the orphan", len(x.entries(c, inbox.ListEffectsParams{MessageID: orphan})), 1)
+			requireEqual(t, "entries of the new message", len(x.entries(c, inboxtype.EffectListParams{MessageID: newID})), 1)
+			requireEqual(t, "entries of the orphan", len(x.entries(c, inboxtype.EffectListParams{MessageID: orphan})), 1)
 		}},
 	}
 }

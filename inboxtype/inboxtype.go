@@ -123,7 +123,7 @@ type PartitionState struct {
 	// left by a run that stopped between a detach and its drop.
 	Detached []Partition
 	// Frozen is the plain table of an inbox adopted into this layout
-	// (AdoptPlainInbox), while it is kept; nil when there is none.
+	// (PartitionAdopt), while it is kept; nil when there is none.
 	Frozen *FrozenInbox
 }
 
@@ -172,8 +172,8 @@ type Partition struct {
 	Bytes int64
 }
 
-// PartitionReport is what a maintenance run did, or with DryRun would do.
-type PartitionReport struct {
+// PartitionMaintainReport is what a maintenance run did, or with DryRun would do.
+type PartitionMaintainReport struct {
 	// Skipped is true when another maintainer held the lock: nothing was
 	// done.
 	Skipped bool
@@ -199,7 +199,7 @@ type PartitionReport struct {
 }
 
 // FrozenInbox is the plain table of an inbox adopted into the partitioned
-// layout (AdoptPlainInbox), kept read-only beside it: a claim of an id it
+// layout (PartitionAdopt), kept read-only beside it: a claim of an id it
 // holds is a duplicate. Partition maintenance that drops retires it once
 // none of its ids falls at or after the oldest partition's start: a replay
 // of any of them is then refused as expired.
@@ -215,8 +215,8 @@ type FrozenInbox struct {
 	Consulted bool
 }
 
-// AdoptReport is what AdoptPlainInbox did, or with DryRun would do.
-type AdoptReport struct {
+// PartitionAdoptReport is what PartitionAdopt did, or with DryRun would do.
+type PartitionAdoptReport struct {
 	// Skipped is true when another maintainer held the lock: nothing was
 	// done.
 	Skipped bool

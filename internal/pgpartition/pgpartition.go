@@ -196,22 +196,22 @@ func (m *Maintainer) LockKey() string {
 }
 
 // Maintain runs maintenance as p says, under the maintainers' lock.
-func (m *Maintainer) Maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+func (m *Maintainer) Maintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	if p.Drop && p.Retention <= 0 {
 		return nil, fmt.Errorf("inbox: partition maintenance: Retention must be positive to drop partitions, got %v", p.Retention)
 	}
 	finalized, err := m.finishDetaches(ctx, p.DryRun)
 	if err != nil {
-		return &inboxtype.PartitionReport{Finalized: finalized}, err
+		return &inboxtype.PartitionMaintainReport{Finalized: finalized}, err
 	}
-	var rep *inboxtype.PartitionReport
+	var rep *inboxtype.PartitionMaintainReport
 	ran, err := m.db.WithLock(ctx, m.LockKey(), func(ctx context.Context) error {
 		var err error
 		rep, err = m.maintain(ctx, p)
 		return err
 	})
 	if !ran && err == nil {
-		rep = &inboxtype.PartitionReport{Skipped: true}
+		rep = &inboxtype.PartitionMaintainReport{Skipped: true}
 	}
 	if rep != nil {
 		rep.Finalized = finalized
@@ -263,12 +263,12 @@ func (m *Maintainer) detachPending(ctx context.Context, name string) bool {
 	return false
 }
 
-func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+func (m *Maintainer) maintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	st, err := m.State(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep := &inboxtype.PartitionReport{Now: st.Now, State: st}
+	rep := &inboxtype.PartitionMaintainReport{Now: st.Now, State: st}
 	var cutoff time.Time
 	if p.Drop {
 		cutoff = st.Now.Add(-p.Retention)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxsql/inboxpostgres"
+	"github.com/txinbox/inbox/inboxtype"
 
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
@@ -146,7 +147,7 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 		}
 	}
 	await(30)
-	rep, err := partC.AdoptPlainInbox(ctx, inbox.AdoptParams{LockTimeout: 50 * time.Millisecond, Attempts: 100})
+	rep, err := partC.PartitionAdopt(ctx, inboxtype.PartitionAdoptParams{LockTimeout: 50 * time.Millisecond, Attempts: 100})
 	require.NoError(t, err)
 	require.True(t, rep.Switched)
 	await(replays.Load() + 60)

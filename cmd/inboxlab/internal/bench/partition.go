@@ -140,7 +140,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		return func(ctx context.Context, _ float64) error {
 			// Retention up to the day's end: that day, and only it, goes.
 			retention := st.Now.Sub(day.To).Truncate(time.Hour) - time.Hour
-			rep, err := partClean.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Retention: retention})
+			rep, err := partClean.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: retention})
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# .renames.sh applies the renames of issue 34's API naming (RENAMES-api.md
+# lists them, old -> new) to every *.go and *.md file of the tree, except
+# the CHANGELOG (its past entries keep the names they had) and
+# RENAMES-api.md (it lists the old names).
+#
+# It is idempotent: run it again after a merge that brought code in the old
+# names, then build. It rewrites text only; the new homes of the moved types
+# (inboxtype), Client.Admin and the removal of the twins are hand edits in
+# the history beside it.
+#
+# Usage, from anywhere inside the tree:  bash .renames.sh
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+
+GOIMPORTS=${GOIMPORTS:-$(go env GOPATH)/bin/goimports}
+if [ ! -x "$GOIMPORTS" ]; then
+	echo ".renames.sh: goimports not found at $GOIMPORTS (go install golang.org/x/tools/cmd/goimports@latest, or set GOIMPORTS)" >&2
+	exit 1
+fi
+
+# A package-qualified name: not preceded by a dot or an identifier
+# character, so that a field or variable named inbox or outbox (s.outbox.Stats)
+# is left alone.
+Q='(?<![.\w])'
+
+script=$(cat <<'PERL'
+# 1. Types with one home in inboxtype (their twins in the root, inboxdriver
+#    and outbox are gone).
+s/${Q}(?:inbox|inboxdriver|inboxtype)\.(?:AdoptParams|PartitionAdoptParams)\b/inboxtype.PartitionAdoptParams/g;
+s/${Q}inboxdriver\.DefaultAdopt(LockTimeout|Attempts)\b/inboxtype.DefaultAdopt$1/g;
+s/${Q}(?:inbox|inboxdriver)\.(?:MaintainPartitionsParams|PartitionMaintainParams)\b/inboxtype.PartitionMaintainParams/g;
+s/${Q}inbox\.(?:ListDeadLettersParams|DeadLetterListParams)\b/inboxtype.DeadLetterListParams/g;
+s/${Q}inboxdriver\.DeadLetterListParams\b/inboxtype.DeadLetterListParams/g;
+s/${Q}inbox\.(?:ListEffectsParams|EffectListParams)\b/inboxtype.EffectListParams/g;
+s/${Q}inboxdriver\.EffectListParams\b/inboxtype.EffectListParams/g;
+s/${Q}inbox\.(?:ForgetResult|ForgetCounts)\b/inboxtype.ForgetCounts/g;
+s/${Q}inboxdriver\.ForgetCounts\b/inboxtype.ForgetCounts/g;
+s/${Q}(?:inbox|inboxdriver)\.OutboxStats\b(?!\()/inboxtype.OutboxStats/g;
+s/${Q}outbox\.Stats\b(?!\()/inboxtype.OutboxStats/g;
+
+# 2. Names, noun first (DeadLetterList, as inboxdriver and river's JobList).
+#    Unqualified, they cover the root package, its callers and the docs.
+s/\bListDeadLettersParams\b/DeadLetterListParams/g;
+s/\bReplayDeadLettersParams\b/DeadLetterReplayParams/g;
+s/\bListEffectsParams\b/EffectListParams/g;
+s/\bResolveEffectParams\b/EffectResolveParams/g;
+s/\bMaintainPartitionsParams\b/PartitionMaintainParams/g;
+s/\bAdoptParams\b/PartitionAdoptParams/g;
+s/\bAdoptReport\b/PartitionAdoptReport/g;
+s/\bPartitionReport\b/PartitionMaintainReport/g;
+s/\bForgetResult\b/ForgetCounts/g;
+s/\bListDeadLetters\b/DeadLetterList/g;
+s/\bGetDeadLetter\b/DeadLetterGet/g;
+s/\bDeleteDeadLetter\b/DeadLetterDelete/g;
+s/\bReplayDeadLetters\b/DeadLetterReplay/g;
+s/\bListEffects\b/EffectList/g;
+s/\bResolveEffect\b/EffectResolve/g;
+s/\bMaintainPartitions\b/PartitionMaintain/g;
+s/\bAdoptPlainInbox\b/PartitionAdopt/g;
+s/\bProbePooling\b/PoolingProbe/g;
+s/\bDeadLettersMarked\b/DeadLetterListMarked/g;
+# inboxdriver.Admin's listing, not the Tables field DeadLetters.
+s/\bDeadLetters\(ctx\b/DeadLetterList(ctx/g;
+s|^(\s*// )DeadLetters lists dead letters|$1DeadLetterList lists dead letters|;
+# inboxadmin.Store's mark, as Admin.DeadLetterReplay that it calls.
+s/\bMarkReplay\b/DeadLetterReplay/g;
+PERL
+)
+script=${script//\$\{Q\}/$Q}
+
+mapfile -d '' files < <(git ls-files -z --cached --others --exclude-standard -- '*.go' '*.md' |
+	grep -zv -e '^CHANGELOG\.md$' -e '^RENAMES-api\.md$' -e '/CHANGELOG\.md$')
+
+changed=()
+for f in "${files[@]}"; do
+	[ -f "$f" ] || continue
+	before=$(cksum <"$f")
+	perl -pi -e "$script" "$f"
+	if [ "$(cksum <"$f")" != "$before" ]; then
+		changed+=("$f")
+	fi
+done
+
+# A moved type changes the package a file imports: fix the imports of the
+# Go files that changed, and of no other.
+gochanged=()
+for f in "${changed[@]}"; do
+	case $f in *.go) gochanged+=("$f") ;; esac
+done
+if [ ${#gochanged[@]} -gt 0 ]; then
+	"$GOIMPORTS" -w "${gochanged[@]}"
+fi
+printf '.renames.sh: %d files changed\n' "${#changed[@]}"
