@@ -48,7 +48,7 @@ func TestPartitionedInboxDeadLettersOutOfRangeIDs(t *testing.T) {
 	e.waitCommittedToEnd(time.Minute)
 
 	// The old event's day expires.
-	rep, err := e.client.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true})
+	rep, err := e.client.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true})
 	require.NoError(t, err)
 	require.NotEmpty(t, rep.Dropped)
 

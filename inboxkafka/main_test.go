@@ -571,7 +571,7 @@ func (e *env) waitCommittedToEnd(timeout time.Duration) {
 // deadLetters returns the stored dead letters, oldest first.
 func (e *env) deadLetters() []*inboxtype.DeadLetter {
 	e.t.Helper()
-	ds, err := e.client.DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Limit: 1000})
+	ds, err := e.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Limit: 1000})
 	require.NoError(e.t, err)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].Offset < ds[j].Offset })
 	return ds

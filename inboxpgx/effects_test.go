@@ -35,21 +35,21 @@ func TestEffectsTextIDs(t *testing.T) {
 		return err
 	})
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: strings.ToLower(id)}, h))
-	es, err := c.EffectList(ctx, inboxtype.EffectListParams{MessageID: strings.ToLower(id)})
+	es, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{MessageID: strings.ToLower(id)})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
 	require.Equal(t, id, es[0].MessageID)
 	require.Equal(t, inboxtype.EffectDone, es[0].State)
 
-	require.NoError(t, c.Forget(ctx, "billing", id))
+	require.NoError(t, c.Admin().Forget(ctx, "billing", id))
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))
 	require.Equal(t, 2, calls)
 
 	require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", nil, 48*time.Hour))
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	es, err = c.EffectList(ctx, inboxtype.EffectListParams{})
+	es, err = c.Admin().EffectList(ctx, inboxtype.EffectListParams{})
 	require.NoError(t, err)
 	require.Empty(t, es, "ledger entries after the purge")
 }

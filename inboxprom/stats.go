@@ -14,7 +14,8 @@ import (
 	"github.com/txinbox/inbox"
 )
 
-// StatsSource is what a StatsCollector reads: an *inbox.Client.
+// StatsSource is what a StatsCollector reads: an *inbox.Admin
+// (Client.Admin).
 type StatsSource interface {
 	Stats(ctx context.Context) (*inboxtype.Stats, error)
 	// OutboxStats returns inbox.ErrNoOutbox when the store keeps none:

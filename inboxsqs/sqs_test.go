@@ -60,7 +60,7 @@ func TestExactlyOnce(t *testing.T) {
 			require.Equal(t, 1, h.rec.deletes(mid), "%s deleted once", name)
 		}
 
-		dls, err := h.client.DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 100})
+		dls, err := h.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 100})
 		require.NoError(t, err)
 		reasons := map[string]string{}
 		for _, d := range dls {

@@ -121,7 +121,7 @@ func (x *suite[TTx]) age(consumer string, ids []string, d time.Duration) {
 
 func (x *suite[TTx]) rows(c *inbox.Client[TTx], consumer string) int64 {
 	x.t.Helper()
-	st, err := c.Stats(context.Background())
+	st, err := c.Admin().Stats(context.Background())
 	if err != nil {
 		x.t.Fatalf("Stats: %v", err)
 	}
@@ -614,13 +614,13 @@ func cases[TTx any]() []testCase[TTx] {
 				RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			}
 
-			_, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 12 * time.Hour})
+			_, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 12 * time.Hour})
 			requireErrorIs(t, err, inbox.ErrWindowTooShort)
 			if !strings.Contains(err.Error(), "12h") || !strings.Contains(err.Error(), "1d") {
 				t.Fatalf("the refusal should name the window and the horizon: %v", err)
 			}
 
-			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, DryRun: true})
+			n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, DryRun: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -628,7 +628,7 @@ func cases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "rows after a dry run", x.rows(c, "billing"), int64(8))
 
 			var progress []int64
-			n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2,
+			n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2,
 				Progress: func(d int64) { progress = append(progress, d) }})
 			if err != nil {
 				t.Fatal(err)
@@ -655,7 +655,7 @@ func cases[TTx any]() []testCase[TTx] {
 			id := NewID()
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
-			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+			n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -664,13 +664,13 @@ func cases[TTx any]() []testCase[TTx] {
 			// A host 20 days fast places no cutoff either.
 			fast := time.Now().Add(20 * 24 * time.Hour)
 			c = x.client(&inbox.Config{Now: func() time.Time { return fast }})
-			n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon, DryRun: true})
+			n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon, DryRun: true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			requireEqual(t, "rows a fast host would purge", n, int64(0))
 			x.age("billing", []string{id}, 15*24*time.Hour)
-			n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+			n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -687,7 +687,7 @@ func cases[TTx any]() []testCase[TTx] {
 				RequireApplied(t)(c.Process(ctx, consumer, msg(id), h))
 				x.age(consumer, []string{id}, 48*time.Hour)
 			}
-			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, Consumer: "inventory"})
+			n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, Consumer: "inventory"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -738,7 +738,7 @@ func cases[TTx any]() []testCase[TTx] {
 			}
 
 			done := make(chan error, 1)
-			go func() { done <- c.RunCleaner(ctx) }()
+			go func() { done <- c.Admin().RunCleaner(ctx) }()
 			deadline := time.Now().Add(30 * time.Second)
 			for x.rows(c, "billing") != 1 {
 				if time.Now().After(deadline) {
@@ -760,21 +760,21 @@ func cases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			// A dry run counts the row, and deletes nothing.
 			for range 2 {
-				n, err := c.ForgetCount(ctx, "billing", strings.ToUpper(id))
+				n, err := c.Admin().ForgetCount(ctx, "billing", strings.ToUpper(id))
 				requireEqual(t, "forget count error", err, nil)
 				requireEqual(t, "inbox rows to forget", n.InboxRows, int64(1))
 			}
 			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
-			if err := c.Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
+			if err := c.Admin().Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
 				t.Fatal(err)
 			}
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
 			requireEqual(t, "handler calls", len(cs.list()), 2)
 			x.requireEffects("billing", id, 2)
-			requireErrorIs(t, c.Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
-			requireErrorIs(t, c.Forget(ctx, "inventory", id), inbox.ErrNotFound)
-			_, err := c.ForgetCount(ctx, "inventory", id)
+			requireErrorIs(t, c.Admin().Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
+			requireErrorIs(t, c.Admin().Forget(ctx, "inventory", id), inbox.ErrNotFound)
+			_, err := c.Admin().ForgetCount(ctx, "inventory", id)
 			requireErrorIs(t, err, inbox.ErrNotFound)
 		}},
 
@@ -792,8 +792,8 @@ func cases[TTx any]() []testCase[TTx] {
 				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 				_, err = c.ProcessBatch(ctx, consumer, []inbox.Message{msg(id)}, h)
 				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
-				requireErrorIs(t, c.Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
-				_, err = c.ForgetCount(ctx, consumer, id)
+				requireErrorIs(t, c.Admin().Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
+				_, err = c.Admin().ForgetCount(ctx, consumer, id)
 				requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 			}
 			for _, bad := range []struct {
@@ -831,7 +831,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: noID, Err: inbox.ErrNoMessageID, Attempts: 1}); err != nil {
 				t.Fatal(err)
 			}
-			list, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
+			list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -850,7 +850,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if withID == nil {
 				t.Fatal("the dead letter with an id is missing")
 			}
-			got, err := c.DeadLetterGet(ctx, withID.ID)
+			got, err := c.Admin().DeadLetterGet(ctx, withID.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -866,7 +866,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if got.LastSeen.Before(got.FirstSeen) || got.FirstSeen.IsZero() {
 				t.Fatalf("first seen %v, last seen %v", got.FirstSeen, got.LastSeen)
 			}
-			_, err = c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "inventory", Limit: 10})
+			_, err = c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "inventory", Limit: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -874,10 +874,10 @@ func cases[TTx any]() []testCase[TTx] {
 			h, cs := x.effect("billing")
 			RequireApplied(t)(c.ProcessDeadLetter(ctx, withID.ID, h))
 			requireEqual(t, "replay handler calls", len(cs.list()), 1)
-			_, err = c.DeadLetterGet(ctx, withID.ID)
+			_, err = c.Admin().DeadLetterGet(ctx, withID.ID)
 			requireErrorIs(t, err, inbox.ErrNotFound)
 			RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
-			requireErrorIs(t, c.DeadLetterDelete(ctx, withID.ID), inbox.ErrNotFound)
+			requireErrorIs(t, c.Admin().DeadLetterDelete(ctx, withID.ID), inbox.ErrNotFound)
 		}},
 
 		{"ReplayMarkedDeadLetters", func(t *testing.T, x *suite[TTx]) {
@@ -888,7 +888,7 @@ func cases[TTx any]() []testCase[TTx] {
 				if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errBoom, Attempts: 3}); err != nil {
 					t.Fatal(err)
 				}
-				list, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
+				list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -905,15 +905,15 @@ func cases[TTx any]() []testCase[TTx] {
 			dNoID := deadLetter("billing", inbox.Message{Payload: []byte("?"), Source: inbox.Source{Transport: "sqs", Queue: "q", BrokerID: "m-1"}})
 			dOther := deadLetter("inventory", msg(id3))
 
-			marked, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d1})
+			marked, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d1})
 			requireEqual(t, "first mark", marked, int64(1))
 			requireEqual(t, "first mark error", err, nil)
-			marked, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d1})
+			marked, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d1})
 			requireEqual(t, "second mark of the same", marked, int64(0))
 			requireEqual(t, "second mark error", err, nil)
-			_, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: dNoID})
+			_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: dNoID})
 			requireErrorIs(t, err, inbox.ErrNoMessageID)
-			_, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: 1 << 40})
+			_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: 1 << 40})
 			requireErrorIs(t, err, inbox.ErrNotFound)
 
 			// Two concurrent marks of one dead letter: one marks it.
@@ -923,7 +923,7 @@ func cases[TTx any]() []testCase[TTx] {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ok, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d2})
+					ok, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d2})
 					if err != nil {
 						t.Error(err)
 					}
@@ -936,7 +936,7 @@ func cases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "concurrent marks that marked", wins.Load(), 1)
 
 			// A consumer's replay replays its own dead letters, not billing's.
-			marked, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: dOther})
+			marked, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: dOther})
 			requireEqual(t, "mark inventory's", marked, int64(1))
 			requireEqual(t, "mark inventory's error", err, nil)
 			hOther, csOther := x.effect("inventory")
@@ -966,7 +966,7 @@ func cases[TTx any]() []testCase[TTx] {
 			x.requireEffects("billing", id2, 1)
 			requireEqual(t, "handler calls", len(cs.list()), 2)
 			for _, d := range []int64{d1, d2} {
-				_, err := c.DeadLetterGet(ctx, d)
+				_, err := c.Admin().DeadLetterGet(ctx, d)
 				requireErrorIs(t, err, inbox.ErrNotFound)
 			}
 			rs, err = c.ProcessReplays(ctx, "billing", h)
@@ -977,7 +977,7 @@ func cases[TTx any]() []testCase[TTx] {
 			// the error and one more attempt, and is no longer marked.
 			id4 := NewID()
 			d4 := deadLetter("billing", msg(id4))
-			n, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
+			n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 			requireEqual(t, "mark all error", err, nil)
 			requireEqual(t, "marked of billing's (not the one without an id)", n, int64(1))
 			errAgain := errors.New("still declined")
@@ -986,7 +986,7 @@ func cases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays", len(rs), 1)
 			requireErrorIs(t, rs[0].Err, errAgain)
-			d, err := c.DeadLetterGet(ctx, d4)
+			d, err := c.Admin().DeadLetterGet(ctx, d4)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -997,7 +997,7 @@ func cases[TTx any]() []testCase[TTx] {
 			rs, err = c.ProcessReplays(ctx, "billing", failing)
 			requireEqual(t, "replay error", err, nil)
 			requireEqual(t, "replays of an unmarked dead letter", len(rs), 0)
-			marked, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d4})
+			marked, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d4})
 			requireEqual(t, "mark again", marked, int64(1))
 			requireEqual(t, "mark again error", err, nil)
 			rs, err = c.ProcessReplays(ctx, "billing", h)
@@ -1020,7 +1020,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "inventory", Message: msg(NewID()), Err: errBoom, Attempts: 1}); err != nil {
 				t.Fatal(err)
 			}
-			list, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
+			list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1033,23 +1033,23 @@ func cases[TTx any]() []testCase[TTx] {
 			// Counted as the mark would count: billing's with an id, not
 			// the one without, nor inventory's; and nothing is marked.
 			for range 2 {
-				n, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing", DryRun: true})
+				n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing", DryRun: true})
 				requireEqual(t, "dry run error", err, nil)
 				requireEqual(t, "would mark", n, int64(2))
 			}
-			n, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: one, DryRun: true})
+			n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: one, DryRun: true})
 			requireEqual(t, "dry run of one error", err, nil)
 			requireEqual(t, "would mark one", n, int64(1))
-			n, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: one})
+			n, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: one})
 			requireEqual(t, "mark one error", err, nil)
 			requireEqual(t, "marked one after its dry run", n, int64(1))
-			n, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing", DryRun: true})
+			n, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing", DryRun: true})
 			requireEqual(t, "dry run error", err, nil)
 			requireEqual(t, "would mark, with one marked", n, int64(1))
-			n, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
+			n, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 			requireEqual(t, "mark all error", err, nil)
 			requireEqual(t, "marked all after the dry runs", n, int64(1))
-			_, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: 1 << 40, DryRun: true})
+			_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: 1 << 40, DryRun: true})
 			requireErrorIs(t, err, inbox.ErrNotFound)
 		}},
 
@@ -1062,7 +1062,7 @@ func cases[TTx any]() []testCase[TTx] {
 			if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: msg(id), Err: errBoom, Attempts: 3}); err != nil {
 				t.Fatal(err)
 			}
-			n, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
+			n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 			requireEqual(t, "mark error", err, nil)
 			requireEqual(t, "marked", n, int64(1))
 			effect, cs := x.effect("billing")
@@ -1116,7 +1116,7 @@ func cases[TTx any]() []testCase[TTx] {
 			}
 			requireEqual(t, "handler calls", len(cs.list()), 1)
 			x.requireEffects("billing", id, 1)
-			list, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
+			list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 			requireEqual(t, "list error", err, nil)
 			requireEqual(t, "dead letters left", len(list), 0)
 		}},

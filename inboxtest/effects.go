@@ -95,7 +95,7 @@ func (x *suite[TTx]) startStep(consumer, id, step string, at time.Time) {
 
 func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inboxtype.EffectListParams) []*inboxtype.EffectEntry {
 	x.t.Helper()
-	es, err := c.EffectList(context.Background(), p)
+	es, err := c.Admin().EffectList(context.Background(), p)
 	if err != nil {
 		x.t.Fatalf("EffectList: %v", err)
 	}
@@ -225,7 +225,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 
 			// An operator finds the capture at the provider and settles the
 			// step as done, with the provider's result.
-			err := c.EffectResolve(context.Background(), inbox.EffectResolveParams{
+			err := c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: strings.ToUpper(id), Step: "capture", State: inboxtype.EffectDone, Result: []byte("cap_42")})
 			if err != nil {
 				t.Fatal(err)
@@ -233,7 +233,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 			requireKeys(t, r)
 			requireEqual(t, "result", last.Load(), any("cap_42"))
-			requireErrorIs(t, c.EffectResolve(context.Background(), inbox.EffectResolveParams{
+			requireErrorIs(t, c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}), inbox.ErrNotFound)
 		}},
 
@@ -242,7 +242,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			r := &remote{}
 			id := NewID()
 			x.startStep("billing", id, "capture", time.Now())
-			if err := c.EffectResolve(context.Background(), inbox.EffectResolveParams{
+			if err := c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}); err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 			requireKeys(t, r, inbox.EffectKey("billing", id, "capture"))
 			requireEqual(t, "attempts", x.entry(c, "billing", id, "capture").Attempts, 2)
-			err := c.EffectResolve(context.Background(), inbox.EffectResolveParams{
+			err := c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 				Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectStarted})
 			if err == nil || !strings.Contains(err.Error(), "State") {
 				t.Fatalf("resolving to started should be refused, naming the field: %v", err)
@@ -397,11 +397,11 @@ func effectCases[TTx any]() []testCase[TTx] {
 			id := NewID()
 			h, _ := x.effectHandler(c, r, "capture", nil, "billing")
 			RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
-			n, err := c.ForgetCount(ctx, "billing", id)
+			n, err := c.Admin().ForgetCount(ctx, "billing", id)
 			requireEqual(t, "forget count error", err, nil)
 			requireEqual(t, "rows to forget", n, inboxtype.ForgetCounts{InboxRows: 1, Effects: 1})
 			requireEqual(t, "entries after the count", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 1)
-			if err := c.Forget(ctx, "billing", id); err != nil {
+			if err := c.Admin().Forget(ctx, "billing", id); err != nil {
 				t.Fatal(err)
 			}
 			requireEqual(t, "entries after Forget", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 0)
@@ -413,14 +413,14 @@ func effectCases[TTx any]() []testCase[TTx] {
 			// forgotten too.
 			parked := NewID()
 			x.startStep("billing", parked, "capture", time.Now())
-			n, err = c.ForgetCount(ctx, "billing", parked)
+			n, err = c.Admin().ForgetCount(ctx, "billing", parked)
 			requireEqual(t, "forget count error", err, nil)
 			requireEqual(t, "rows to forget of a parked message", n, inboxtype.ForgetCounts{InboxRows: 0, Effects: 1})
-			if err := c.Forget(ctx, "billing", parked); err != nil {
+			if err := c.Admin().Forget(ctx, "billing", parked); err != nil {
 				t.Fatalf("Forget of a message with only a ledger entry: %v", err)
 			}
 			requireEqual(t, "entries after Forget", len(x.entries(c, inboxtype.EffectListParams{MessageID: parked})), 0)
-			requireErrorIs(t, c.Forget(ctx, "billing", parked), inbox.ErrNotFound)
+			requireErrorIs(t, c.Admin().Forget(ctx, "billing", parked), inbox.ErrNotFound)
 		}},
 
 		{"EffectPurge", func(t *testing.T, x *suite[TTx]) {
@@ -441,7 +441,7 @@ func effectCases[TTx any]() []testCase[TTx] {
 			newID := NewID()
 			RequireApplied(t)(c.Process(ctx, "billing", msg(newID), h))
 
-			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2})
+			n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2})
 			if err != nil {
 				t.Fatal(err)
 			}

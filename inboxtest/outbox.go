@@ -37,7 +37,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			_, err := o.EnqueueTx(ctx, tx, msgs...)
 			requireNoError(t, "EnqueueTx", err)
 			requireNoError(t, "rollback", x.s.Driver.Rollback(ctx, tx))
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 
 			tx = x.begin()
 			ids, err := o.EnqueueTx(ctx, tx, msgs...)
@@ -53,12 +53,12 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			if ids[0] == ids[1] || ids[1] == ids[2] {
 				t.Fatalf("minted ids repeat: %v", ids)
 			}
-			x.requireOutbox(o, 3, 0)
+			x.requireOutbox(3, 0)
 
 			sink := &outbox.MemorySink{}
 			res := x.relayOnce(x.relay(o, sink, nil))
 			requireEqual(t, "published", res.Published, 3)
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 			recs := sink.Records()
 			requireEqual(t, "records", len(recs), 3)
 			byID := map[string]outbox.Record{}
@@ -115,7 +115,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			}
 			// Nothing of a refused enqueue was written, not even its good
 			// messages.
-			x.requireOutbox(o, 1, 0)
+			x.requireOutbox(1, 0)
 		}},
 
 		{"OutboxHandlerOutputsCommitWithTheInboxRow", func(t *testing.T, x *suite[TTx]) {
@@ -146,7 +146,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			if _, err := c.Process(ctx, "billing", msg(NewID()), failing); err == nil {
 				t.Fatal("Process with a failing handler: no error")
 			}
-			x.requireOutbox(o, 1, 0)
+			x.requireOutbox(1, 0)
 			sink := &outbox.MemorySink{}
 			x.relayOnce(x.relay(o, sink, nil))
 			recs := sink.Records()
@@ -187,7 +187,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			for err := range errs {
 				t.Fatalf("RelayOnce: %v", err)
 			}
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 			got := sink.counts()
 			requireEqual(t, "events published", len(got), n)
 			for _, id := range want {
@@ -229,7 +229,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			}
 			cancel()
 			wg.Wait()
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 			got := sink.counts()
 			for _, id := range want {
 				requireEqual(t, "publishes of "+id, got[id], 1)
@@ -250,7 +250,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			} else if err == nil || errors.Is(err, outbox.ErrNotQueueable) {
 				t.Fatalf("EnqueueBatch on a batch of the wrong type: got %v, want an error naming the type", err)
 			}
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 		}},
 
 		{"OutboxLapsedClaimIsPublishedAgainWithTheSameID", func(t *testing.T, x *suite[TTx]) {
@@ -305,7 +305,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			}
 			requireEqual(t, "parked", parked, 1)
 			requireEqual(t, "published", sink.Confirmed(), 2)
-			x.requireOutbox(o, 0, 1)
+			x.requireOutbox(0, 1)
 			res := x.relayOnce(r)
 			requireEqual(t, "a parked event is not claimed", res.Claimed, 0)
 			row, err := x.outboxStore().OutboxGet(ctx, ids[1])
@@ -320,7 +320,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			sink.Reject = nil // the broker's limit was raised
 			res = x.relayOnce(r)
 			requireEqual(t, "published after the unpark", res.Published, 1)
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 		}},
 
 		{"OutboxUnreachableBrokerNeverParks", func(t *testing.T, x *suite[TTx]) {
@@ -337,7 +337,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 				requireEqual(t, "parked", res.Parked, 0)
 				requireErrorIs(t, res.UnavailableErr, outbox.ErrUnavailable)
 			}
-			x.requireOutbox(o, 2, 0)
+			x.requireOutbox(2, 0)
 			for _, id := range ids {
 				row, err := x.outboxStore().OutboxGet(ctx, id)
 				requireNoError(t, "OutboxGet", err)
@@ -385,7 +385,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 				}
 			}
 			// Everything but b2..b5 is out; b is blocked behind b2 alone.
-			x.requireOutbox(o, 4, 0)
+			x.requireOutbox(4, 0)
 			requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 1, "c": 5})
 			mu.Lock()
 			fixed = true
@@ -398,7 +398,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 					break
 				}
 			}
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 			requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 5, "c": 5})
 			requireEqual(t, "records", len(sink.Records()), 20)
 		}},
@@ -415,7 +415,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			// the second.
 			requireEqual(t, "calls", sink.Calls(), 2)
 			requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 4})
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 		}},
 
 		{"OutboxOrderedRunStopsAtItsFirstFailure", func(t *testing.T, x *suite[TTx]) {
@@ -466,7 +466,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 				}
 			}
 			requireKeyOrder(t, sink.Records(), map[string]int{"a": 2, "b": 2})
-			x.requireOutbox(o, 3, 0)
+			x.requireOutbox(3, 0)
 			clockMu.Lock()
 			clock = clock.Add(2 * time.Hour)
 			clockMu.Unlock()
@@ -475,7 +475,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			requireEqual(t, "published after the backoff", res.Published, 3)
 			requireEqual(t, "calls for a3..a5", sink.Calls()-calls, 1)
 			requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 2})
-			x.requireOutbox(o, 0, 0)
+			x.requireOutbox(0, 0)
 		}},
 
 		{"OutboxOrderedSinkWithoutTheCapabilityGetsOneRecordPerKeyACall", func(t *testing.T, x *suite[TTx]) {
@@ -650,7 +650,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			ids, err := o.Enqueue(ctx, outbox.Message{Topic: "a"}, outbox.Message{Topic: "b"}, outbox.Message{Topic: "c"})
 			requireNoError(t, "Enqueue", err)
 			store := x.outboxStore()
-			st, err := x.client(nil).OutboxStats(ctx)
+			st, err := x.client(nil).Admin().OutboxStats(ctx)
 			requireNoError(t, "Client.OutboxStats", err)
 			requireEqual(t, "pending", st.Pending, int64(3))
 			requireEqual(t, "oldest pending", st.OldestPending.Equal(created), true)
@@ -669,7 +669,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			set(ids[1], inboxdriver.OutboxRetryNow, true)
 			set(ids[1], inboxdriver.OutboxUnpark, false) // not parked
 			set(NewID(), inboxdriver.OutboxParkRow, false)
-			x.requireOutbox(o, 2, 1)
+			x.requireOutbox(2, 1)
 			parked, err := store.OutboxList(ctx, &inboxdriver.OutboxListParams{State: inboxdriver.OutboxParked, Limit: 10})
 			requireNoError(t, "OutboxList", err)
 			requireEqual(t, "parked rows", len(parked), 1)
@@ -684,7 +684,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			// Kept after publishing, then purged.
 			r := x.relay(o, &outbox.MemorySink{}, &outbox.RelayConfig{KeepPublished: true})
 			requireEqual(t, "published", x.relayOnce(r).Published, 2)
-			st, err = o.Stats(ctx)
+			st, err = x.client(nil).Admin().OutboxStats(ctx)
 			requireNoError(t, "Stats", err)
 			requireEqual(t, "stats", [3]int64{st.Pending, st.Parked, st.Published}, [3]int64{0, 1, 2})
 			requireEqual(t, "no lag", st.Lag, time.Duration(0))
@@ -695,7 +695,7 @@ func outboxCases[TTx any]() []testCase[TTx] {
 			n, err := o.PurgePublished(ctx, time.Now().Add(time.Minute), 1)
 			requireNoError(t, "PurgePublished", err)
 			requireEqual(t, "purged", n, int64(2))
-			x.requireOutbox(o, 0, 1)
+			x.requireOutbox(0, 1)
 		}},
 	}
 }
@@ -876,9 +876,9 @@ func (x *suite[TTx]) enqueueKeyed(o *outbox.Outbox[TTx], topics map[string][]str
 }
 
 // requireOutbox checks the counts of pending and parked rows.
-func (x *suite[TTx]) requireOutbox(o *outbox.Outbox[TTx], pending, parked int64) {
+func (x *suite[TTx]) requireOutbox(pending, parked int64) {
 	x.t.Helper()
-	st, err := o.Stats(context.Background())
+	st, err := x.client(nil).Admin().OutboxStats(context.Background())
 	requireNoError(x.t, "outbox Stats", err)
 	requireEqual(x.t, "pending and parked events", [2]int64{st.Pending, st.Parked}, [2]int64{pending, parked})
 }

@@ -26,7 +26,7 @@ func (x *suite[TTx]) partitioned() bool {
 // error.
 func maintain[TTx any](t *testing.T, c *inbox.Client[TTx], p inboxtype.PartitionMaintainParams) *inboxtype.PartitionMaintainReport {
 	t.Helper()
-	rep, err := c.PartitionMaintain(context.Background(), p)
+	rep, err := c.Admin().PartitionMaintain(context.Background(), p)
 	if err != nil {
 		t.Fatalf("PartitionMaintain(%+v): %v", p, err)
 	}
@@ -48,7 +48,7 @@ func (x *suite[TTx]) deadLetterAsAnAdapterDoes(t *testing.T, c *inbox.Client[TTx
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: err, Attempts: 1}); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
-	list, lerr := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
+	list, lerr := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
 	if lerr != nil {
 		t.Fatalf("DeadLetters: %v", lerr)
 	}
@@ -153,7 +153,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 
 			// A retention inside the replay horizon plus the clock skew
 			// is refused.
-			_, err = c.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: time.Hour})
+			_, err = c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: time.Hour})
 			requireErrorIs(t, err, inbox.ErrWindowTooShort)
 		}},
 
@@ -190,7 +190,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 			}
 			b := msg(NewIDAt(now))
 			RequireApplied(t)(c.Process(ctx, "billing", b, h))
-			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour})
+			n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +202,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 		{"PartitionMaintenance", func(t *testing.T, x *suite[TTx]) {
 			ctx := context.Background()
 			c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Retention: 3 * 24 * time.Hour})
-			st, err := c.Partitions(ctx)
+			st, err := c.Admin().Partitions(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -224,7 +224,7 @@ func partitionCases[TTx any]() []testCase[TTx] {
 			var skipped *inboxtype.PartitionMaintainReport
 			ran, err := x.s.Driver.WithLock(ctx, key, func(ctx context.Context) error {
 				var err error
-				skipped, err = c.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
+				skipped, err = c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
 				return err
 			})
 			if err != nil || !ran {
@@ -270,7 +270,7 @@ func (x *suite[TTx]) cleanerPartitioned(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- c.RunCleaner(cctx) }()
+	go func() { done <- c.Admin().RunCleaner(cctx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for x.rows(c, "billing") != 1 {
 		if time.Now().After(deadline) {

@@ -504,7 +504,7 @@ func (e *env[TTx]) requireDrained() {
 // those without one).
 func (e *env[TTx]) deadLetters() map[string][]inboxDeadLetter {
 	e.t.Helper()
-	ds, err := e.client.DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: ConsumerName, Limit: 1000})
+	ds, err := e.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: ConsumerName, Limit: 1000})
 	require.NoError(e.t, err)
 	out := map[string][]inboxDeadLetter{}
 	for _, d := range ds {

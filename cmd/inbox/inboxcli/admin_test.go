@@ -74,7 +74,7 @@ func TestAdminServes(t *testing.T) {
 	id := inboxtest.NewID()
 	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: id, Payload: []byte("secret")},
 		Err: inbox.Permanent(errors.New("declined")), Attempts: 1}))
-	ds, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
+	ds, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 
@@ -157,7 +157,7 @@ func TestAdminHosts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: inboxtest.NewID()},
 		Err: inbox.Permanent(errors.New("declined")), Attempts: 1}))
-	ds, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
+	ds, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 
@@ -183,7 +183,7 @@ func TestAdminHosts(t *testing.T) {
 		code, body = send(http.MethodPost, fmt.Sprintf("/deadletters/%d/delete", ds[0].ID), host)
 		require.Equal(t, http.StatusMisdirectedRequest, code, body)
 	}
-	ds, err = c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
+	ds, err = c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "the rebinding POST deleted nothing")
 	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "ops.example.com", "OPS.example.com:" + port} {

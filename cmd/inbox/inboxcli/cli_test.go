@@ -271,7 +271,7 @@ func TestForgetSaysWhatItDeletes(t *testing.T) {
 	code, stdout, stderr = run(t, env, args...)
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "deleted 1 inbox row of billing/"+id+" and 2 effect-ledger entries: its next delivery applies again\n", stdout)
-	effects, err := c.EffectList(ctx, inboxtype.EffectListParams{Consumer: "billing", MessageID: id, Limit: 10})
+	effects, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{Consumer: "billing", MessageID: id, Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, effects)
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))

@@ -582,12 +582,11 @@ func (d *doctor) checkDeadLetters(ctx context.Context) {
 }
 
 func (d *doctor) checkOutbox(ctx context.Context) {
-	a, ok := d.s.admin.(inboxdriver.OutboxAdmin)
-	if !ok {
+	if _, ok := d.s.admin.(inboxdriver.OutboxAdmin); !ok {
 		d.set("outbox_lag", checkSkip, "the store keeps no outbox", "")
 		return
 	}
-	st, err := inbox.ReadOutboxStats(ctx, a, time.Now())
+	st, err := d.c.OutboxStats(ctx)
 	switch {
 	case err != nil:
 		if d.s.notMigrated(err) {

@@ -64,7 +64,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := partClean.Partitions(ctx)
+	st, err := partClean.Admin().Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		if err != nil {
 			return err
 		}
-		got, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: purgeWindow})
+		got, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: purgeWindow})
 		if err == nil && got != int64(b.cfg.PurgeRows) {
 			err = fmt.Errorf("bench: purge deleted %d rows, want %d", got, b.cfg.PurgeRows)
 		}
@@ -140,7 +140,7 @@ func (b *bench) runPartition(ctx context.Context) (*PartitionResult, error) {
 		return func(ctx context.Context, _ float64) error {
 			// Retention up to the day's end: that day, and only it, goes.
 			retention := st.Now.Sub(day.To).Truncate(time.Hour) - time.Hour
-			rep, err := partClean.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: retention})
+			rep, err := partClean.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: retention})
 			if err != nil {
 				return err
 			}
