@@ -126,5 +126,37 @@ for f in "${changed[@]}"; do
 done
 if [ ${#gochanged[@]} -gt 0 ]; then
 	"$GOIMPORTS" -w "${gochanged[@]}"
+	# goimports puts an inboxtype import that it moved out of the
+	# standard library's group, or added, in a group of its own: join it
+	# to the project's group.
+	python3 - "${gochanged[@]}" <<'PY'
+import sys,re
+for p in sys.argv[1:]:
+    s=open(p).read()
+    m=re.search(r'^import \((.*?)^\)', s, re.S|re.M)
+    if not m: continue
+    block=m.group(1)
+    groups=[g for g in block.split('\n\n')]
+    lone=[i for i,g in enumerate(groups) if g.strip()=='"github.com/txinbox/inbox/inboxtype"']
+    if not lone: continue
+    i=lone[0]
+    # find project group: one containing "github.com/txinbox/inbox" import lines
+    proj=[j for j,g in enumerate(groups) if j!=i and re.search(r'"github\.com/txinbox/inbox(/[^"]*)?"', g)]
+    if not proj: continue
+    j=proj[-1]
+    lines=[l for l in groups[j].split('\n') if l.strip()]
+    lines.append('\t"github.com/txinbox/inbox/inboxtype"')
+    def key(l): return re.search(r'"([^"]*)"',l).group(1)
+    lines.sort(key=key)
+    lead='\n' if groups[j].startswith('\n') else ''
+    trail='\n' if groups[j].endswith('\n') else ''
+    groups[j]=lead+'\n'.join(lines)+trail
+    del groups[i]
+    nb='\n\n'.join(groups)
+    if not nb.startswith('\n'): nb='\n'+nb
+    if not nb.endswith('\n'): nb=nb+'\n'
+    s=s[:m.start(1)]+nb+s[m.end(1):]
+    open(p,'w').write(s)
+PY
 fi
 printf '.renames.sh: %d files changed\n' "${#changed[@]}"

@@ -12,10 +12,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/txinbox/inbox/inboxtype"
-
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // The JSON of every page is a contract: fields are only added.

@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txinbox/inbox/inboxtype"
-
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Store is what the admin page reads and changes of an inbox. It names

@@ -49,8 +49,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/txinbox/inbox/inboxtype"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -68,6 +66,7 @@ import (
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
 )

@@ -7,11 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/txinbox/inbox/inboxtype"
-
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // StatsSource is what a StatsCollector reads: an *inbox.Admin

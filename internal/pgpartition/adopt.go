@@ -6,9 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txinbox/inbox/inboxtype"
-
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Adopting a plain inbox into the partitioned layout, while consumers run.
