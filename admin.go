@@ -10,7 +10,8 @@ import (
 // Admin is the operator's side of an inbox: statistics, dead letters and
 // their replay requests, the effects ledger, purges and partitions. It
 // needs no handler and no transaction type, so a tool can hold one over
-// any store. Every Client embeds one. It is safe for concurrent use.
+// any store. Client.Admin returns a client's. It is safe for concurrent
+// use.
 type Admin struct {
 	driver inboxdriver.Admin
 	config Config

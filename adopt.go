@@ -3,33 +3,12 @@ package inbox
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
 )
 
-// AdoptParams say how AdoptPlainInbox switches tables.
-type AdoptParams struct {
-	// LockTimeout bounds each attempt's wait for the switch's lock, which
-	// waits for the claims open on the plain table while new claims wait
-	// behind it: it is the longest a claim stalls. Defaults to 1s.
-	LockTimeout time.Duration
-	// Attempts bounds the attempts at the switch. Defaults to 30.
-	Attempts int
-	// Backfill is how far back of the database's clock the new table's
-	// partitions reach: a replay of an id the frozen table holds is a
-	// duplicate when a partition covers the id's time, and is refused as
-	// expired (never applied) when none does. Defaults to the longer of
-	// the store's PartitionConfig.Backfill and Config.Retention plus
-	// PartitionConfig.MaxSkew, so that the ids the plain inbox still
-	// keeps stay duplicates.
-	Backfill time.Duration
-	// DryRun says what would be done, and does nothing.
-	DryRun bool
-}
-
-// AdoptPlainInbox moves an inbox that was migrated with the plain layout to
+// PartitionAdopt moves an inbox that was migrated with the plain layout to
 // the partitioned layout (Postgres), while consumers keep running, and
 // without a window in which a duplicate could apply.
 //
@@ -44,7 +23,7 @@ type AdoptParams struct {
 // attempt at most p.LockTimeout, and claims that arrive meanwhile wait
 // behind it.
 //
-// Partition maintenance that drops (RunCleaner, MaintainPartitions with
+// Partition maintenance that drops (RunCleaner, PartitionMaintain with
 // Drop) retires the frozen table once none of its ids falls inside the
 // partitions: any replay of them is then refused as expired.
 //
@@ -52,7 +31,7 @@ type AdoptParams struct {
 // process still configured with the plain layout claims correctly after it,
 // but its cleaner's purge would run the plain table's statement on the
 // partitioned one.
-func (a *Admin) AdoptPlainInbox(ctx context.Context, p AdoptParams) (*inboxtype.AdoptReport, error) {
+func (a *Admin) PartitionAdopt(ctx context.Context, p inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error) {
 	ad, ok := a.driver.(inboxdriver.Adopter)
 	if !ok || !a.partitioned() {
 		return nil, fmt.Errorf("inbox: adopt: configure the store with Tables.Layout %q, the layout the inbox moves to (a Postgres store)", inboxdriver.LayoutPartitioned)
@@ -61,7 +40,7 @@ func (a *Admin) AdoptPlainInbox(ctx context.Context, p AdoptParams) (*inboxtype.
 		pc := partitionConfig(a.driver)
 		p.Backfill = max(pc.Backfill, a.config.Retention+pc.MaxSkew)
 	}
-	rep, err := ad.AdoptPlainInbox(ctx, &inboxdriver.AdoptParams{LockTimeout: p.LockTimeout, Attempts: p.Attempts, Backfill: p.Backfill, DryRun: p.DryRun})
+	rep, err := ad.PartitionAdopt(ctx, &p)
 	if err != nil {
 		return rep, a.classify(err) // the store's errors say "inbox: adopt: …
 	}

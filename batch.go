@@ -70,7 +70,7 @@ func (c *Client[TTx]) processBatch(ctx context.Context, consumer string, msgs []
 	uniqueAt := make([]int, 0, len(msgs))
 	for i, m := range msgs {
 		firstOf[i] = -1
-		id, err := c.messageID(m)
+		id, err := c.admin.messageID(m)
 		if err != nil {
 			results[i].Err = idFailure(consumer, err)
 			continue

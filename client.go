@@ -176,10 +176,12 @@ func (c *Config) validate(tables inboxdriver.Tables) error {
 
 // Client processes messages exactly once per consumer over a store. It is
 // safe for concurrent use. TTx is the store's transaction type, which
-// handlers receive. The embedded Admin is the operator's side of the same
+// handlers receive. Client.Admin returns the operator's side of the same
 // store.
 type Client[TTx any] struct {
-	*Admin
+	admin  *Admin
+	config Config
+	logger *slog.Logger
 	driver inboxdriver.Driver[TTx]
 }
 
@@ -193,8 +195,16 @@ func NewClient[TTx any](driver inboxdriver.Driver[TTx], config *Config) (*Client
 	if err != nil {
 		return nil, err
 	}
-	return &Client[TTx]{Admin: a, driver: driver}, nil
+	return &Client[TTx]{admin: a, config: a.config, logger: a.logger, driver: driver}, nil
 }
+
+// Admin returns the operator's side of the client's store: statistics,
+// dead letters, the effects ledger, purges and partitions, under the
+// client's Config.
+func (c *Client[TTx]) Admin() *Admin { return c.admin }
+
+// Config returns the client's configuration with defaults applied.
+func (c *Client[TTx]) Config() Config { return c.config }
 
 // Driver returns the client's driver.
 func (c *Client[TTx]) Driver() inboxdriver.Driver[TTx] { return c.driver }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtype"
 )
 
@@ -22,7 +21,7 @@ const (
 	// ReasonUnknownOutcome is a message whose handler found a non-idempotent
 	// remote call started but never recorded done (ErrUnknownOutcome). A
 	// human checks with the provider, settles the step with
-	// Admin.ResolveEffect, and replays the dead letter.
+	// Admin.EffectResolve, and replays the dead letter.
 	ReasonUnknownOutcome = "unknown_outcome"
 	// ReasonCrashedConsumer is a message that took its consumer down (an
 	// out-of-memory kill, a panic on a goroutine the handler started,
@@ -134,7 +133,7 @@ func (c *Client[TTx]) DeadLetter(ctx context.Context, p DeadLetterParams) error 
 		LastSeen:  c.config.Now(),
 	}
 	if err := c.driver.DeadLetter(ctx, d); err != nil {
-		return atStage(StageDeadLetter, fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.classify(err)))
+		return atStage(StageDeadLetter, fmt.Errorf("inbox: dead-letter %s/%s: %w", p.Consumer, d.DedupKey, c.admin.classify(err)))
 	}
 	if c.config.Observer != nil {
 		c.config.Observer.DeadLettered(ctx, &DeadLetterEvent{Consumer: p.Consumer, MessageID: id, Reason: reason, Attempts: p.Attempts, Err: p.Err})
@@ -169,29 +168,21 @@ func deadLetterKey(id string, m Message) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// ListDeadLettersParams filter a listing of dead letters.
-type ListDeadLettersParams struct {
-	// Consumer keeps one consumer's dead letters, when not empty.
-	Consumer string
-	// Limit bounds the list. Defaults to 100.
-	Limit int
-}
-
-// ListDeadLetters lists dead letters, newest first.
-func (a *Admin) ListDeadLetters(ctx context.Context, p ListDeadLettersParams) ([]*inboxtype.DeadLetter, error) {
+// DeadLetterList lists dead letters, newest first.
+func (a *Admin) DeadLetterList(ctx context.Context, p inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	if p.Limit <= 0 {
 		p.Limit = 100
 	}
-	ds, err := a.driver.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: p.Consumer, Limit: p.Limit})
+	ds, err := a.driver.DeadLetterList(ctx, &p)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list dead letters: %w", a.classify(err))
 	}
 	return ds, nil
 }
 
-// GetDeadLetter returns one dead letter by its id, or an error wrapping
+// DeadLetterGet returns one dead letter by its id, or an error wrapping
 // ErrNotFound.
-func (a *Admin) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
+func (a *Admin) DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
 	d, err := a.driver.DeadLetterGet(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):
@@ -207,10 +198,10 @@ func (a *Admin) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLet
 // consumer, exactly as Process would, and deletes it once it is Applied or
 // found to be a Duplicate. A dead letter that had no valid id cannot be
 // replayed: fix the producer and publish it again. To replay the dead
-// letters an operator asked for (Admin.ReplayDeadLetters), use
+// letters an operator asked for (Admin.DeadLetterReplay), use
 // ProcessReplays.
 func (c *Client[TTx]) ProcessDeadLetter(ctx context.Context, id int64, h Handler[TTx]) (Outcome, error) {
-	d, err := c.GetDeadLetter(ctx, id)
+	d, err := c.admin.DeadLetterGet(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -222,14 +213,14 @@ func (c *Client[TTx]) ProcessDeadLetter(ctx context.Context, id int64, h Handler
 		return 0, wrapf(err, "replay dead letter %d", id)
 	}
 	if _, err := c.driver.DeadLetterDelete(ctx, id); err != nil {
-		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.classify(err))
+		return outcome, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", id, outcome, c.admin.classify(err))
 	}
 	return outcome, nil
 }
 
-// DeleteDeadLetter deletes a dead letter, or returns an error wrapping
+// DeadLetterDelete deletes a dead letter, or returns an error wrapping
 // ErrNotFound.
-func (a *Admin) DeleteDeadLetter(ctx context.Context, id int64) error {
+func (a *Admin) DeadLetterDelete(ctx context.Context, id int64) error {
 	ok, err := a.driver.DeadLetterDelete(ctx, id)
 	if err != nil {
 		return fmt.Errorf("inbox: delete dead letter %d: %w", id, a.classify(err))

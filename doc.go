@@ -20,8 +20,9 @@
 //
 // [Client.Process] and [Client.ProcessBatch] run messages through the
 // claim, the [Handler] and the commit; a [KeyFunc] reads the producer's
-// event id; [Judge] says whose fault a failure is; [Admin] holds the
-// operator's side (statistics, dead letters, purges); the transport
+// event id; [Judge] says whose fault a failure is; [Admin] (a client's
+// is [Client.Admin]) holds the operator's side (statistics, dead letters,
+// purges); the transport
 // adapters (inboxkafka, inboxsqs, inboxnats, inboxrabbit) and the stores
 // (inboxpgx, inboxsql) are packages of their own. docs/DESIGN.md explains
 // the design.

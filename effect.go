@@ -128,7 +128,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	if !ok {
 		return nil, fmt.Errorf("%w: Effect needs the consumer: call it with the context Process passes to the handler, or wrap ctx with WithConsumer", ErrInvalidConsumer)
 	}
-	id, err := c.check(consumer, msg.ID)
+	id, err := c.admin.check(consumer, msg.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	if opts == nil {
 		opts = &EffectOpts{}
 	}
-	store, err := c.effectStore()
+	store, err := c.admin.effectStore()
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		EffectKeyParams: k, Now: c.config.Now(), RetryStarted: !opts.NonIdempotent,
 	})
 	if err != nil {
-		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.classify(err)))
+		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: record started: %w", where(), c.admin.classify(err)))
 	}
 	if !started {
 		if e.State == inboxtype.EffectDone {
@@ -161,7 +161,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		}
 		c.logger.WarnContext(ctx, "inbox: effect outcome unknown; not calling again", "consumer", consumer, "id", id, "step", step,
 			"attempts", e.Attempts, "started_at", e.StartedAt)
-		return nil, fmt.Errorf("inbox: effect %s: %w: attempt %d started at %s and was never recorded done, and the step is declared non-idempotent: check with the provider, then ResolveEffect",
+		return nil, fmt.Errorf("inbox: effect %s: %w: attempt %d started at %s and was never recorded done, and the step is declared non-idempotent: check with the provider, then EffectResolve",
 			where(), ErrUnknownOutcome, e.Attempts, e.StartedAt.UTC().Format(time.RFC3339))
 	}
 	if e.Attempts > 1 {
@@ -181,7 +181,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 		if errors.As(callErr, &ne) {
 			if _, err := store.EffectFailed(wctx, &k); err != nil {
 				return nil, errors.Join(fmt.Errorf("inbox: effect %s: call: %w", where(), callErr),
-					atStage(StageLedger, fmt.Errorf("record failed: %w", c.classify(err))))
+					atStage(StageLedger, fmt.Errorf("record failed: %w", c.admin.classify(err))))
 			}
 		}
 		return nil, fmt.Errorf("inbox: effect %s: call: %w", where(), callErr)
@@ -189,7 +189,7 @@ func (c *Client[TTx]) Effect(ctx context.Context, msg Message, step string, fn E
 	fault.Inject(ctx, fault.EffectAfterCall)
 	ok, err = store.EffectDone(wctx, &inboxdriver.EffectDoneParams{EffectKeyParams: k, Result: result, Now: c.config.Now()})
 	if err != nil {
-		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.classify(err)))
+		return nil, atStage(StageLedger, fmt.Errorf("inbox: effect %s: the call succeeded, but recording it done failed: %w", where(), c.admin.classify(err)))
 	}
 	if !ok {
 		return nil, fmt.Errorf("inbox: effect %s: the call succeeded, but its ledger entry was forgotten, purged or resolved while it ran", where())
@@ -218,29 +218,14 @@ func validateStep(step string) error {
 	return nil
 }
 
-// ListEffectsParams filter ListEffects. Zero fields do not filter.
-type ListEffectsParams struct {
-	Consumer string
-	// MessageID lists the steps of one message.
-	MessageID string
-	State     inboxtype.EffectState
-	// StartedBefore keeps the entries whose latest attempt started before
-	// it. With State EffectStarted, it finds stuck steps: calls that
-	// started long ago and were never recorded done.
-	StartedBefore time.Time
-	// Limit bounds the list. Defaults to 100.
-	Limit int
-}
-
-// ListEffects lists entries of the effects ledger, oldest start first.
-func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxtype.EffectEntry, error) {
+// EffectList lists entries of the effects ledger, oldest start first.
+func (a *Admin) EffectList(ctx context.Context, p inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	store, err := a.effectStore()
 	if err != nil {
 		return nil, err
 	}
-	lp := &inboxdriver.EffectListParams{Consumer: p.Consumer, State: p.State, StartedBefore: p.StartedBefore, Limit: p.Limit}
-	if lp.Limit <= 0 {
-		lp.Limit = 100
+	if p.Limit <= 0 {
+		p.Limit = 100
 	}
 	if p.Consumer != "" {
 		if err := ValidateConsumer(p.Consumer); err != nil {
@@ -248,24 +233,24 @@ func (a *Admin) ListEffects(ctx context.Context, p ListEffectsParams) ([]*inboxt
 		}
 	}
 	if p.MessageID != "" {
-		if lp.ID, err = a.canonicalID(p.MessageID); err != nil {
+		if p.MessageID, err = a.canonicalID(p.MessageID); err != nil {
 			return nil, wrapf(err, "list effects")
 		}
 	}
 	switch p.State {
 	case "", inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone:
 	default:
-		return nil, fmt.Errorf("inbox: ListEffectsParams.State %q: want %q, %q or %q", p.State, inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone)
+		return nil, fmt.Errorf("inbox: EffectListParams.State %q: want %q, %q or %q", p.State, inboxtype.EffectStarted, inboxtype.EffectFailed, inboxtype.EffectDone)
 	}
-	es, err := store.EffectList(ctx, lp)
+	es, err := store.EffectList(ctx, &p)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: list effects: %w", a.classify(err))
 	}
 	return es, nil
 }
 
-// ResolveEffectParams settle a step whose outcome is unknown.
-type ResolveEffectParams struct {
+// EffectResolveParams settle a step whose outcome is unknown.
+type EffectResolveParams struct {
 	Consumer  string
 	MessageID string
 	Step      string
@@ -279,11 +264,11 @@ type ResolveEffectParams struct {
 	Result []byte
 }
 
-// ResolveEffect settles, for an operator, a step left started, such as one
+// EffectResolve settles, for an operator, a step left started, such as one
 // that parked its message with ErrUnknownOutcome. Check with the provider
 // first; then replay the message's dead letter. It returns an error
 // wrapping ErrNotFound when the step is not in state EffectStarted.
-func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error {
+func (a *Admin) EffectResolve(ctx context.Context, p EffectResolveParams) error {
 	id, err := a.check(p.Consumer, p.MessageID)
 	if err != nil {
 		return err
@@ -292,7 +277,7 @@ func (a *Admin) ResolveEffect(ctx context.Context, p ResolveEffectParams) error 
 		return err
 	}
 	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
-		return fmt.Errorf("inbox: ResolveEffectParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
+		return fmt.Errorf("inbox: EffectResolveParams.State %q: want %q or %q", p.State, inboxtype.EffectDone, inboxtype.EffectFailed)
 	}
 	store, err := a.effectStore()
 	if err != nil {

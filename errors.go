@@ -76,7 +76,7 @@ var (
 	// provider applied it cannot be known from here. Effect does not guess
 	// and does not call again. The error is permanent: adapters dead-letter
 	// the message at once with ReasonUnknownOutcome, for a human to check
-	// with the provider, settle the step with Admin.ResolveEffect and
+	// with the provider, settle the step with Admin.EffectResolve and
 	// replay the dead letter.
 	ErrUnknownOutcome = errors.New("outcome of a non-idempotent remote call is unknown")
 

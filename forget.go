@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Forget deletes consumer's inbox row for id, so that the next delivery of
@@ -12,7 +13,7 @@ import (
 // after fixing a handler that applied a message wrongly; the effect-ledger
 // rows of the message go with it, so its remote calls are made again, with
 // the same keys (a provider that honours them returns its first results).
-// To settle one remote call whose outcome is unknown, use ResolveEffect
+// To settle one remote call whose outcome is unknown, use EffectResolve
 // instead. It returns an error wrapping ErrNotFound when there is neither
 // such a row nor a ledger entry of the message.
 func (a *Admin) Forget(ctx context.Context, consumer, id string) error {
@@ -31,30 +32,22 @@ func (a *Admin) Forget(ctx context.Context, consumer, id string) error {
 	return nil
 }
 
-// ForgetResult counts the rows of one message that Forget deletes.
-type ForgetResult struct {
-	// InboxRows counts its inbox row: 0 or 1.
-	InboxRows int64
-	// Effects counts its effect-ledger entries, one per step.
-	Effects int64
-}
-
 // ForgetCount counts, deleting nothing, the rows that Forget(ctx,
 // consumer, id) would delete now: the inbox row and the effect-ledger
 // entries of the message, so that a tool says what it will delete before
 // it does. It returns an error wrapping ErrNotFound, as Forget does, when
 // there are none.
-func (a *Admin) ForgetCount(ctx context.Context, consumer, id string) (ForgetResult, error) {
+func (a *Admin) ForgetCount(ctx context.Context, consumer, id string) (inboxtype.ForgetCounts, error) {
 	canon, err := a.check(consumer, id)
 	if err != nil {
-		return ForgetResult{}, err
+		return inboxtype.ForgetCounts{}, err
 	}
 	n, err := a.driver.ForgetCount(ctx, &inboxdriver.ForgetParams{Consumer: consumer, ID: canon})
 	if err != nil {
-		return ForgetResult{}, fmt.Errorf("inbox: count the rows to forget of %s/%s: %w", consumer, canon, a.classify(err))
+		return inboxtype.ForgetCounts{}, fmt.Errorf("inbox: count the rows to forget of %s/%s: %w", consumer, canon, a.classify(err))
 	}
-	if n.Inbox == 0 && n.Effects == 0 {
-		return ForgetResult{}, fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
+	if n.InboxRows == 0 && n.Effects == 0 {
+		return inboxtype.ForgetCounts{}, fmt.Errorf("inbox: forget %s/%s: %w", consumer, canon, ErrNotFound)
 	}
-	return ForgetResult{InboxRows: n.Inbox, Effects: n.Effects}, nil
+	return n, nil
 }

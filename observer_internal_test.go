@@ -15,7 +15,7 @@ func (r *txRecorder) DeadLettered(context.Context, *DeadLetterEvent) {}
 
 func TestTxEventSplitsDuplicatesByReason(t *testing.T) {
 	rec := &txRecorder{}
-	c := &Client[struct{}]{Admin: &Admin{config: Config{Observer: rec}}}
+	c := &Client[struct{}]{admin: &Admin{config: Config{Observer: rec}}, config: Config{Observer: rec}}
 	msgs := []Message{
 		{ID: "a"}, // first delivery: applied
 		{ID: "b"}, // first delivery, already applied: republish

@@ -90,7 +90,7 @@ func (c *Config) validatePartitions(d inboxdriver.Admin) error {
 // CheckPartitionRetention returns an error wrapping ErrWindowTooShort
 // when dropping the partitions whose ids are older than retention could
 // drop a day inside the replay horizon, given producers' clocks up to skew
-// apart from the database's. Admin.MaintainPartitions checks it; a tool
+// apart from the database's. Admin.PartitionMaintain checks it; a tool
 // checks it with it before it reaches a store.
 func CheckPartitionRetention(retention, horizon, skew time.Duration) error {
 	if retention < horizon+skew {
@@ -188,29 +188,13 @@ func partitionError(err error) error {
 	}
 }
 
-// MaintainPartitionsParams say what MaintainPartitions does.
-type MaintainPartitionsParams struct {
-	// Premake makes the partitions missing ahead, up to the store's
-	// PartitionConfig.Premake.
-	Premake bool
-	// Drop drops the partitions whose every id is older than Retention,
-	// counted from the ids' time on the database's clock.
-	Drop bool
-	// Retention defaults to Config.Retention. A retention shorter than
-	// Config.ReplayHorizon plus the store's PartitionConfig.MaxSkew is
-	// refused with ErrWindowTooShort.
-	Retention time.Duration
-	// DryRun reports what the run would do, and does nothing.
-	DryRun bool
-}
-
-// MaintainPartitions keeps the partitions of a partitioned inbox: it makes
+// PartitionMaintain keeps the partitions of a partitioned inbox: it makes
 // those missing ahead and drops the expired ones, as p says, without
 // blocking claims. One maintainer runs at a time: when another holds the
 // store's lock, it does nothing and the report says Skipped. RunCleaner
 // calls it on a partitioned inbox; call it yourself to run maintenance on
 // a schedule of your own. On an inbox not partitioned it fails.
-func (a *Admin) MaintainPartitions(ctx context.Context, p MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+func (a *Admin) PartitionMaintain(ctx context.Context, p inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	pt, ok := a.driver.(inboxdriver.Partitioner)
 	if !ok || !a.partitioned() {
 		return nil, fmt.Errorf("inbox: partitions: the store's inbox is not in the partitioned layout (Tables.Layout %q)", inboxdriver.LayoutPartitioned)
@@ -223,9 +207,7 @@ func (a *Admin) MaintainPartitions(ctx context.Context, p MaintainPartitionsPara
 			return nil, err
 		}
 	}
-	rep, err := pt.MaintainPartitions(ctx, &inboxdriver.MaintainPartitionsParams{
-		Premake: p.Premake, Drop: p.Drop, Retention: p.Retention, DryRun: p.DryRun,
-	})
+	rep, err := pt.PartitionMaintain(ctx, &p)
 	if err != nil {
 		return rep, fmt.Errorf("inbox: partitions: %w", a.classify(err))
 	}
@@ -248,7 +230,7 @@ func (a *Admin) Partitions(ctx context.Context) (*inboxtype.PartitionState, erro
 // cleanPartitions is RunCleaner's turn on a partitioned inbox: make the
 // partitions ahead, drop those past Config.Retention.
 func (a *Admin) cleanPartitions(ctx context.Context) error {
-	rep, err := a.MaintainPartitions(ctx, MaintainPartitionsParams{Premake: true, Drop: true})
+	rep, err := a.PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
 	if err != nil {
 		return err
 	}

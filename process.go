@@ -29,7 +29,7 @@ import (
 //
 // Process is ProcessBatch of one message.
 func (c *Client[TTx]) Process(ctx context.Context, consumer string, msg Message, h Handler[TTx]) (Outcome, error) {
-	id, err := c.check(consumer, msg.ID)
+	id, err := c.admin.check(consumer, msg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -49,7 +49,7 @@ func (c *Client[TTx]) Process(ctx context.Context, consumer string, msg Message,
 // nothing when it finds the row. ClaimTx does not retry conflicts: the
 // transaction is the caller's to run again.
 func (c *Client[TTx]) ClaimTx(ctx context.Context, tx TTx, consumer string, msg Message) (Outcome, error) {
-	id, err := c.check(consumer, msg.ID)
+	id, err := c.admin.check(consumer, msg.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -78,7 +78,7 @@ func (c *Client[TTx]) Key(key KeyFunc, msg Message) (Message, error) {
 	}
 	id, err := key(msg)
 	if err == nil {
-		id, err = c.canonicalID(id)
+		id, err = c.admin.canonicalID(id)
 	}
 	if err != nil {
 		if !IsPermanent(err) && !errors.Is(err, ErrUnavailable) {
@@ -86,7 +86,7 @@ func (c *Client[TTx]) Key(key KeyFunc, msg Message) (Message, error) {
 		}
 		return msg, atStage(StageKey, err)
 	}
-	msg.ID, msg.keyed, msg.keyedBy = id, id, c.Admin
+	msg.ID, msg.keyed, msg.keyedBy = id, id, c.admin
 	return msg, nil
 }
 
@@ -238,7 +238,7 @@ func (c *Client[TTx]) transactOnce(ctx context.Context, consumer string, msgs []
 		a.err = failure(StageHandler, consumer, msgs, c.handlerErr(workErr.Err, false))
 	default:
 		c.rollback(ctx, tx)
-		a.err = failure(StageCommit, consumer, msgs, c.classify(err))
+		a.err = failure(StageCommit, consumer, msgs, c.admin.classify(err))
 	}
 	return a
 }
@@ -300,7 +300,7 @@ func failure(stage Stage, consumer string, msgs []Message, err error) error {
 // Judge). An id whose partition is not made yet (ErrNoPartition) is the
 // store's: the maintainer is behind.
 func (c *Client[TTx]) claimFailure(consumer string, msgs []Message, err error) error {
-	err = failure(StageClaim, consumer, msgs, c.classify(err))
+	err = failure(StageClaim, consumer, msgs, c.admin.classify(err))
 	if errors.Is(err, ErrIDExpired) || errors.Is(err, ErrIDFuture) {
 		return errors.Unwrap(err) // the failureError, untagged
 	}

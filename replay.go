@@ -9,7 +9,7 @@ import (
 	"github.com/txinbox/inbox/inboxtype"
 )
 
-// ErrReplayUnsupported is returned by Admin.ReplayDeadLetters and
+// ErrReplayUnsupported is returned by Admin.DeadLetterReplay and
 // Client.ProcessReplays when the driver
 // keeps no replay requests (it does not implement inboxdriver.ReplayStore).
 var ErrReplayUnsupported = errors.New("the store keeps no replay requests")
@@ -43,17 +43,17 @@ func (a *Admin) replayStore() (inboxdriver.ReplayStore, error) {
 	return rs, nil
 }
 
-// ReplayDeadLettersParams choose the dead letters to replay: one by its
+// DeadLetterReplayParams choose the dead letters to replay: one by its
 // ID, or every one of a Consumer.
-type ReplayDeadLettersParams struct {
+type DeadLetterReplayParams struct {
 	ID       int64
 	Consumer string
-	// DryRun marks nothing: ReplayDeadLetters returns how many it would
+	// DryRun marks nothing: DeadLetterReplay returns how many it would
 	// mark, so that a tool says it before it marks them.
 	DryRun bool
 }
 
-// ReplayDeadLetters asks for the replay of dead letters: it marks them, so
+// DeadLetterReplay asks for the replay of dead letters: it marks them, so
 // that the application's next Client.ProcessReplays for their consumer
 // replays them with the consumer's handler (only the application has it).
 // It is what 'inbox deadletters replay' does, and returns how many it
@@ -64,7 +64,7 @@ type ReplayDeadLettersParams struct {
 // the producer and publish it again). With p.DryRun it marks nothing, and
 // returns, with the same errors, how many it would mark. The store's
 // tables need migration 005.
-func (a *Admin) ReplayDeadLetters(ctx context.Context, p ReplayDeadLettersParams) (int64, error) {
+func (a *Admin) DeadLetterReplay(ctx context.Context, p DeadLetterReplayParams) (int64, error) {
 	switch {
 	case p.ID != 0 && p.Consumer != "":
 		return 0, errors.New("inbox: replay dead letters: give an ID or a Consumer, not both")
@@ -87,7 +87,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, p ReplayDeadLettersParams
 		return n, nil
 	}
 	// Nothing marked: say why.
-	d, err := a.GetDeadLetter(ctx, p.ID)
+	d, err := a.DeadLetterGet(ctx, p.ID)
 	if err != nil {
 		return 0, err
 	}
@@ -98,7 +98,7 @@ func (a *Admin) ReplayDeadLetters(ctx context.Context, p ReplayDeadLettersParams
 }
 
 // ProcessReplays replays, with h, the dead letters of consumer whose replay
-// was asked for (Admin.ReplayDeadLetters), oldest request first, at most
+// was asked for (Admin.DeadLetterReplay), oldest request first, at most
 // MaxReplayPerCall of them.
 // Call it where the consumer's handler lives, for instance on a ticker
 // beside the consumer, so that an operator's 'inbox deadletters replay'
@@ -117,15 +117,15 @@ func (c *Client[TTx]) ProcessReplays(ctx context.Context, consumer string, h Han
 	if err := ValidateConsumer(consumer); err != nil {
 		return nil, err
 	}
-	rs, err := c.replayStore()
+	rs, err := c.admin.replayStore()
 	if err != nil {
 		return nil, err
 	}
 	var results []ReplayResult
 	for range MaxReplayPerCall / replayPage {
-		page, err := rs.DeadLettersMarked(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: replayPage})
+		page, err := rs.DeadLetterListMarked(ctx, &inboxtype.DeadLetterListParams{Consumer: consumer, Limit: replayPage})
 		if err != nil {
-			return results, fmt.Errorf("inbox: list dead letters of %s marked for replay: %w", consumer, c.classify(err))
+			return results, fmt.Errorf("inbox: list dead letters of %s marked for replay: %w", consumer, c.admin.classify(err))
 		}
 		if len(page) == 0 {
 			break
@@ -151,7 +151,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		// Deleting it deletes its mark. If this fails, it stays marked, and
 		// the next call finds it a Duplicate.
 		if _, err := c.driver.DeadLetterDelete(ctx, d.ID); err != nil {
-			return ReplayResult{}, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", d.ID, outcome, c.classify(err))
+			return ReplayResult{}, fmt.Errorf("inbox: replayed dead letter %d (%v) but could not delete it: %w", d.ID, outcome, c.admin.classify(err))
 		}
 		return ReplayResult{DeadLetter: d, Outcome: outcome}, nil
 	}
@@ -162,7 +162,7 @@ func (c *Client[TTx]) replayMarked(ctx context.Context, rs inboxdriver.ReplaySto
 		return ReplayResult{}, derr
 	}
 	if _, uerr := rs.DeadLetterUnmarkReplay(ctx, d.ID); uerr != nil {
-		return ReplayResult{}, fmt.Errorf("inbox: unmark dead letter %d after its replay failed: %w", d.ID, c.classify(uerr))
+		return ReplayResult{}, fmt.Errorf("inbox: unmark dead letter %d after its replay failed: %w", d.ID, c.admin.classify(uerr))
 	}
 	return ReplayResult{DeadLetter: d, Err: err}, nil
 }

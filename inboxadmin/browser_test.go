@@ -161,7 +161,7 @@ func TestBrowser(t *testing.T) {
 
 	// A form on another site that posts to the page: the browser sends it
 	// cross-site, and the page refuses it with 403.
-	dls, err := f.store.ListDeadLetters(bg, "inventory", 10)
+	dls, err := f.store.DeadLetterList(bg, "inventory", 10)
 	require.NoError(t, err)
 	require.Len(t, dls, 1)
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv.URL, "http://"))
@@ -272,7 +272,7 @@ func TestBrowserRebinding(t *testing.T) {
 	s := seed(t, f)
 	bg := context.Background()
 	var victim int64 // billing's replayable dead letter, for the rebinding page to delete
-	dls, err := f.store.ListDeadLetters(bg, "billing", 10)
+	dls, err := f.store.DeadLetterList(bg, "billing", 10)
 	require.NoError(t, err)
 	for _, d := range dls {
 		if d.MessageID == s.dlID {
@@ -319,7 +319,7 @@ func TestBrowserRebinding(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, refused, "421: host")
 	require.Contains(t, refused, rebindName)
-	_, err = f.store.GetDeadLetter(bg, victim)
+	_, err = f.store.DeadLetterGet(bg, victim)
 	require.NoError(t, err, "the rebinding site deleted a dead letter")
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(evil+"/admin/deadletters"),

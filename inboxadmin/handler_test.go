@@ -16,6 +16,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxadmin"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // client is an HTTP client that does not follow redirects, so that a
@@ -352,7 +353,9 @@ func decode[T any](t *testing.T, b []byte) T {
 // failingOutbox is an Outbox whose every read fails with err.
 type failingOutbox struct{ err error }
 
-func (o failingOutbox) OutboxStats(context.Context) (*inbox.OutboxStats, error) { return nil, o.err }
+func (o failingOutbox) OutboxStats(context.Context) (*inboxtype.OutboxStats, error) {
+	return nil, o.err
+}
 func (o failingOutbox) OutboxList(context.Context, string, int) ([]*inboxdriver.OutboxRow, error) {
 	return nil, o.err
 }

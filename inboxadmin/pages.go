@@ -4,8 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
-	"github.com/txinbox/inbox/internal/duration"
 	"net/http"
 	"net/url"
 	"slices"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/duration"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
@@ -122,7 +123,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		c.CoverageS = max(now.Sub(from), 0).Seconds()
 		c.HeadroomS = c.CoverageS - horizon.Seconds()
 	}
-	dls, err := h.store.ListDeadLetters(ctx, "", MaxLimit)
+	dls, err := h.store.DeadLetterList(ctx, "", MaxLimit)
 	if err != nil {
 		h.storeErr(w, r, err)
 		return
@@ -172,7 +173,7 @@ type overviewView struct {
 	Dups bool `json:"-"`
 }
 
-func outboxJSON(s *inbox.OutboxStats) *OutboxJSON {
+func outboxJSON(s *inboxtype.OutboxStats) *OutboxJSON {
 	return &OutboxJSON{Pending: s.Pending, Parked: s.Parked, Published: s.Published, OldestPending: s.OldestPending.UTC(), LagS: s.Lag.Seconds()}
 }
 
@@ -237,7 +238,7 @@ func (h *Handler) match(r *http.Request, f dlFilter, limit int) ([]*inboxtype.De
 	if f.Reason != "" || f.Query != "" {
 		fetch = MaxLimit
 	}
-	ds, err := h.store.ListDeadLetters(r.Context(), f.Consumer, fetch)
+	ds, err := h.store.DeadLetterList(r.Context(), f.Consumer, fetch)
 	if err != nil {
 		return nil, false, err
 	}
@@ -312,7 +313,7 @@ func (h *Handler) getDeadLetter(w http.ResponseWriter, r *http.Request) (*deadLe
 		h.fail(w, r, http.StatusBadRequest, err)
 		return nil, false
 	}
-	d, err := h.store.GetDeadLetter(r.Context(), id)
+	d, err := h.store.DeadLetterGet(r.Context(), id)
 	if err != nil {
 		h.storeErr(w, r, err)
 		return nil, false
@@ -376,7 +377,7 @@ func (h *Handler) replay(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	marked, err := h.store.MarkReplay(r.Context(), id)
+	marked, err := h.store.DeadLetterReplay(r.Context(), id)
 	if err != nil {
 		h.storeErr(w, r, err)
 		return
@@ -397,7 +398,7 @@ func (h *Handler) deleteDeadLetter(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := h.store.DeleteDeadLetter(r.Context(), id); err != nil {
+	if err := h.store.DeadLetterDelete(r.Context(), id); err != nil {
 		h.storeErr(w, r, err)
 		return
 	}
@@ -476,7 +477,7 @@ func (h *Handler) bulkReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	var res ReplayJSON
 	for _, id := range ids {
-		d, err := h.store.GetDeadLetter(r.Context(), id)
+		d, err := h.store.DeadLetterGet(r.Context(), id)
 		if errors.Is(err, inbox.ErrNotFound) {
 			res.Gone++ // replayed or deleted meanwhile
 			continue
@@ -489,7 +490,7 @@ func (h *Handler) bulkReplay(w http.ResponseWriter, r *http.Request) {
 			res.Gone++
 			continue
 		}
-		ok, err := h.store.MarkReplay(r.Context(), d.ID)
+		ok, err := h.store.DeadLetterReplay(r.Context(), d.ID)
 		if errors.Is(err, inbox.ErrNotFound) {
 			res.Gone++
 			continue
@@ -603,8 +604,8 @@ func (h *Handler) getEffect(w http.ResponseWriter, r *http.Request, v url.Values
 }
 
 // effectKey reads the consumer, message id and step of a form or query.
-func effectKey(v url.Values) (inbox.ResolveEffectParams, error) {
-	p := inbox.ResolveEffectParams{Consumer: v.Get("consumer"), MessageID: v.Get("message_id"), Step: v.Get("step")}
+func effectKey(v url.Values) (inbox.EffectResolveParams, error) {
+	p := inbox.EffectResolveParams{Consumer: v.Get("consumer"), MessageID: v.Get("message_id"), Step: v.Get("step")}
 	if err := inbox.ValidateConsumer(p.Consumer); err != nil {
 		return p, err
 	}
@@ -635,7 +636,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := r.PostForm
-	p := inbox.ResolveEffectParams{Consumer: e.Consumer, MessageID: e.MessageID, Step: e.Step, State: inboxtype.EffectState(f.Get("state"))}
+	p := inbox.EffectResolveParams{Consumer: e.Consumer, MessageID: e.MessageID, Step: e.Step, State: inboxtype.EffectState(f.Get("state"))}
 	if p.State != inboxtype.EffectDone && p.State != inboxtype.EffectFailed {
 		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("state %q: want done (the call took effect) or failed (it did not)", p.State))
 		return
@@ -664,7 +665,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request) {
 	if p.State == inboxtype.EffectDone {
 		p.Result = []byte(f.Get("result"))
 	}
-	if err := h.store.ResolveEffect(r.Context(), p); err != nil {
+	if err := h.store.EffectResolve(r.Context(), p); err != nil {
 		h.storeErr(w, r, err)
 		return
 	}

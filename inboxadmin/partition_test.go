@@ -35,7 +35,7 @@ func TestPartitioned(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, inbox.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, inbox.Message) error { return nil }))
 	require.NoError(t, err)
-	st, err := c.Partitions(ctx)
+	st, err := c.Admin().Partitions(ctx)
 	require.NoError(t, err)
 	oldest, _ := st.Range()
 

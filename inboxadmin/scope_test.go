@@ -150,7 +150,7 @@ func TestBulkReplayActsOnWhatWasShown(t *testing.T) {
 			// marks nothing of it.
 			require.NoError(t, f.deadLetter(ctx, inbox.DeadLetterParams{Consumer: "inventory", Message: inbox.Message{ID: newID()},
 				Err: inbox.Permanent(errors.New("unknown sku")), Attempts: 1}))
-			inv, err := f.store.ListDeadLetters(ctx, "inventory", 10)
+			inv, err := f.store.DeadLetterList(ctx, "inventory", 10)
 			require.NoError(t, err)
 			require.Len(t, inv, 1)
 			resp, body = post(t, srv.URL+"/deadletters/bulk-replay", url.Values{"consumer": {"billing"}, "ids": {strconv.FormatInt(inv[0].ID, 10)}, "confirm": {"1"}},

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"time"
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Store is what the admin page reads and changes of an inbox. It names
@@ -22,19 +22,19 @@ type Store interface {
 	// delivered again (inbox.Config.ReplayHorizon).
 	ReplayHorizon() time.Duration
 
-	// ListDeadLetters lists dead letters, newest first; consumer filters
+	// DeadLetterList lists dead letters, newest first; consumer filters
 	// when not empty.
-	ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error)
-	// GetDeadLetter returns one dead letter, or an error wrapping
+	DeadLetterList(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error)
+	// DeadLetterGet returns one dead letter, or an error wrapping
 	// inbox.ErrNotFound.
-	GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
-	// DeleteDeadLetter deletes one dead letter, or returns an error
+	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
+	// DeadLetterDelete deletes one dead letter, or returns an error
 	// wrapping inbox.ErrNotFound.
-	DeleteDeadLetter(ctx context.Context, id int64) error
-	// MarkReplay marks one dead letter for replay: the application's next
+	DeadLetterDelete(ctx context.Context, id int64) error
+	// DeadLetterReplay marks one dead letter for replay: the application's next
 	// replay of its consumer processes it with the handler. It reports
 	// false when it was marked already.
-	MarkReplay(ctx context.Context, id int64) (bool, error)
+	DeadLetterReplay(ctx context.Context, id int64) (bool, error)
 
 	// StuckEffects lists the remote-effect steps started before before and
 	// never recorded done, oldest first. It returns an error wrapping
@@ -44,8 +44,8 @@ type Store interface {
 	// or an error wrapping inbox.ErrNotFound; it wraps ErrUnsupported when
 	// the store keeps no ledger.
 	Effect(ctx context.Context, consumer, messageID, step string) (*inboxtype.EffectEntry, error)
-	// ResolveEffect settles a started step as done or failed.
-	ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error
+	// EffectResolve settles a started step as done or failed.
+	EffectResolve(ctx context.Context, p inbox.EffectResolveParams) error
 
 	// Partitions lists the partitions of a partitioned inbox; it returns
 	// nil and no error when the inbox is not partitioned.
@@ -56,7 +56,7 @@ type Store interface {
 // (package outbox).
 type Outbox interface {
 	// OutboxStats counts the pending, parked and kept events.
-	OutboxStats(ctx context.Context) (*inbox.OutboxStats, error)
+	OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error)
 	// OutboxList lists events in state (pending, parked, published; empty
 	// for all), oldest first.
 	OutboxList(ctx context.Context, state string, limit int) ([]*inboxdriver.OutboxRow, error)
@@ -75,9 +75,9 @@ var ErrUnsupported = errors.New("inboxadmin: the store does not keep this")
 // FromClient adapts c to the Store the page reads. It also returns the
 // store's outbox, or nil when the store keeps none.
 func FromClient[TTx any](c *inbox.Client[TTx]) (Store, Outbox) {
-	s := FromAdmin(c.Admin, c.Driver().Tables().Layout == inboxdriver.LayoutPartitioned)
+	s := FromAdmin(c.Admin(), c.Driver().Tables().Layout == inboxdriver.LayoutPartitioned)
 	if a, ok := c.Driver().(inboxdriver.OutboxAdmin); ok {
-		return s, driverOutbox{a: a, now: c.Config().Now}
+		return s, OutboxOf(c.Admin(), a)
 	}
 	return s, nil
 }
@@ -88,13 +88,12 @@ func FromAdmin(a *inbox.Admin, partitioned bool) Store {
 	return adminStore{a: a, partitioned: partitioned}
 }
 
-// OutboxOf adapts a store's outbox administration to the Outbox the page
-// reads; now is the clock of its lag and of the operator's changes.
-func OutboxOf(a inboxdriver.OutboxAdmin, now func() time.Time) Outbox {
-	if now == nil {
-		now = time.Now
-	}
-	return driverOutbox{a: a, now: now}
+// OutboxOf adapts a store's outbox administration, oa, to the Outbox the
+// page reads; admin, an Admin over the same store, reads its statistics,
+// and admin's Config.Now is the clock of its lag and of the operator's
+// changes.
+func OutboxOf(admin *inbox.Admin, oa inboxdriver.OutboxAdmin) Outbox {
+	return driverOutbox{admin: admin, a: oa, now: admin.Config().Now}
 }
 
 // adminStore is a Store over an *inbox.Admin.
@@ -106,20 +105,20 @@ type adminStore struct {
 func (s adminStore) Stats(ctx context.Context) (*inboxtype.Stats, error) { return s.a.Stats(ctx) }
 func (s adminStore) ReplayHorizon() time.Duration                        { return s.a.Config().ReplayHorizon }
 
-func (s adminStore) ListDeadLetters(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error) {
-	return s.a.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: limit})
+func (s adminStore) DeadLetterList(ctx context.Context, consumer string, limit int) ([]*inboxtype.DeadLetter, error) {
+	return s.a.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: limit})
 }
 
-func (s adminStore) GetDeadLetter(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
-	return s.a.GetDeadLetter(ctx, id)
+func (s adminStore) DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error) {
+	return s.a.DeadLetterGet(ctx, id)
 }
 
-func (s adminStore) DeleteDeadLetter(ctx context.Context, id int64) error {
-	return s.a.DeleteDeadLetter(ctx, id)
+func (s adminStore) DeadLetterDelete(ctx context.Context, id int64) error {
+	return s.a.DeadLetterDelete(ctx, id)
 }
 
-func (s adminStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
-	n, err := s.a.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id})
+func (s adminStore) DeadLetterReplay(ctx context.Context, id int64) (bool, error) {
+	n, err := s.a.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: id})
 	if errors.Is(err, inbox.ErrReplayUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
@@ -127,7 +126,7 @@ func (s adminStore) MarkReplay(ctx context.Context, id int64) (bool, error) {
 }
 
 func (s adminStore) StuckEffects(ctx context.Context, consumer string, before time.Time, limit int) ([]*inboxtype.EffectEntry, error) {
-	es, err := s.a.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, State: inboxtype.EffectStarted, StartedBefore: before, Limit: limit})
+	es, err := s.a.EffectList(ctx, inboxtype.EffectListParams{Consumer: consumer, State: inboxtype.EffectStarted, StartedBefore: before, Limit: limit})
 	if errors.Is(err, inbox.ErrEffectsUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
@@ -138,7 +137,7 @@ func (s adminStore) StuckEffects(ctx context.Context, consumer string, before ti
 const effectsPerMessage = 1000
 
 func (s adminStore) Effect(ctx context.Context, consumer, messageID, step string) (*inboxtype.EffectEntry, error) {
-	es, err := s.a.ListEffects(ctx, inbox.ListEffectsParams{Consumer: consumer, MessageID: messageID, Limit: effectsPerMessage})
+	es, err := s.a.EffectList(ctx, inboxtype.EffectListParams{Consumer: consumer, MessageID: messageID, Limit: effectsPerMessage})
 	if errors.Is(err, inbox.ErrEffectsUnsupported) {
 		err = errors.Join(ErrUnsupported, err)
 	}
@@ -153,8 +152,8 @@ func (s adminStore) Effect(ctx context.Context, consumer, messageID, step string
 	return nil, fmt.Errorf("no step %s/%s/%s in the effects ledger: %w", consumer, messageID, step, inbox.ErrNotFound)
 }
 
-func (s adminStore) ResolveEffect(ctx context.Context, p inbox.ResolveEffectParams) error {
-	return s.a.ResolveEffect(ctx, p)
+func (s adminStore) EffectResolve(ctx context.Context, p inbox.EffectResolveParams) error {
+	return s.a.EffectResolve(ctx, p)
 }
 
 func (s adminStore) Partitions(ctx context.Context) (*inboxtype.PartitionState, error) {
@@ -166,12 +165,13 @@ func (s adminStore) Partitions(ctx context.Context) (*inboxtype.PartitionState, 
 
 // driverOutbox is an Outbox over a store's OutboxAdmin.
 type driverOutbox struct {
-	a   inboxdriver.OutboxAdmin
-	now func() time.Time
+	admin *inbox.Admin
+	a     inboxdriver.OutboxAdmin
+	now   func() time.Time
 }
 
-func (o driverOutbox) OutboxStats(ctx context.Context) (*inbox.OutboxStats, error) {
-	return inbox.ReadOutboxStats(ctx, o.a, o.now())
+func (o driverOutbox) OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error) {
+	return o.admin.OutboxStats(ctx)
 }
 
 func (o driverOutbox) OutboxList(ctx context.Context, state string, limit int) ([]*inboxdriver.OutboxRow, error) {

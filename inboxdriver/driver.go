@@ -123,7 +123,7 @@ type Admin interface {
 
 	// ForgetCount counts the rows that Forget would delete, for a dry run:
 	// the message's inbox row and its effect-ledger entries.
-	ForgetCount(ctx context.Context, p *ForgetParams) (ForgetCounts, error)
+	ForgetCount(ctx context.Context, p *ForgetParams) (inboxtype.ForgetCounts, error)
 
 	// inboxtype.Stats reports the inbox's size.
 	Stats(ctx context.Context) (*inboxtype.Stats, error)
@@ -138,8 +138,8 @@ type Admin interface {
 	// its reason, error, attempts and last-seen time.
 	DeadLetter(ctx context.Context, d *inboxtype.DeadLetter) error
 
-	// DeadLetters lists dead letters, newest first.
-	DeadLetters(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
+	// DeadLetterList lists dead letters, newest first.
+	DeadLetterList(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterGet returns one dead letter, or ErrNotFound.
 	DeadLetterGet(ctx context.Context, id int64) (*inboxtype.DeadLetter, error)
@@ -351,14 +351,6 @@ type ForgetParams struct {
 	ID       string
 }
 
-// ForgetCounts are the rows of one message that a forget deletes.
-type ForgetCounts struct {
-	// Inbox counts its inbox rows: 0 or 1.
-	Inbox int64
-	// Effects counts its effect-ledger entries, one per step.
-	Effects int64
-}
-
 // TakeoverParams name a source of messages that one consumer owns at a
 // time, such as a Kafka partition, and a position in it.
 type TakeoverParams struct {
@@ -368,10 +360,4 @@ type TakeoverParams struct {
 	// Position is the message's position in the source, such as its
 	// offset.
 	Position int64
-}
-
-// DeadLetterListParams filter a listing of dead letters.
-type DeadLetterListParams struct {
-	Consumer string
-	Limit    int
 }

@@ -56,8 +56,9 @@ type EffectStore interface {
 	// when there is no entry in state inboxtype.EffectStarted under the key.
 	EffectResolve(ctx context.Context, p *EffectResolveParams) (bool, error)
 
-	// EffectList lists ledger entries, oldest StartedAt first.
-	EffectList(ctx context.Context, p *EffectListParams) ([]*inboxtype.EffectEntry, error)
+	// EffectList lists ledger entries, oldest StartedAt first. p.MessageID,
+	// when set, is canonical, and p.Limit is positive.
+	EffectList(ctx context.Context, p *inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error)
 }
 
 // MaxStepLen is the longest step name, in bytes, that the ledger holds.
@@ -98,18 +99,4 @@ type EffectResolveParams struct {
 	Result []byte
 	// Now is the DoneAt of an entry resolved as done.
 	Now time.Time
-}
-
-// EffectListParams filter a listing of ledger entries. Zero fields do not
-// filter.
-type EffectListParams struct {
-	Consumer string
-	// ID is a canonical message id.
-	ID    string
-	State inboxtype.EffectState
-	// StartedBefore keeps the entries whose latest attempt started strictly
-	// before it.
-	StartedBefore time.Time
-	// Limit bounds the list; it is always positive.
-	Limit int
 }

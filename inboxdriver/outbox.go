@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // OutboxStore is what a store provides to package outbox: the writes of
@@ -107,8 +109,9 @@ type OutboxAdmin interface {
 	// because the broker was unreachable, or that it did not try.
 	OutboxRelease(ctx context.Context, p *OutboxReleaseParams) (int64, error)
 
-	// OutboxStats counts the outbox's rows.
-	OutboxStats(ctx context.Context) (*OutboxStats, error)
+	// OutboxStats counts the outbox's rows. It leaves Lag zero: the
+	// caller's clock sets it (inbox.Admin.OutboxStats).
+	OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error)
 
 	// OutboxList lists rows, oldest first.
 	OutboxList(ctx context.Context, p *OutboxListParams) ([]*OutboxRow, error)
@@ -212,20 +215,6 @@ type OutboxReleaseParams struct {
 	IDs         []string
 	Token       string
 	AvailableAt time.Time
-}
-
-// OutboxStats describe the outbox table.
-type OutboxStats struct {
-	// Pending counts the rows not yet published and not parked, claimed
-	// or not.
-	Pending int64
-	// Parked counts the rows parked for an operator.
-	Parked int64
-	// Published counts the rows kept after they were published.
-	Published int64
-	// OldestPending is the creation time of the oldest pending row, or
-	// zero when there is none. Now minus it is the outbox's lag.
-	OldestPending time.Time
 }
 
 // OutboxState selects rows by state in a listing.

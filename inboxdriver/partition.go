@@ -64,14 +64,14 @@ type Partitioner interface {
 	// tables that maintenance left detached.
 	Partitions(ctx context.Context) (*inboxtype.PartitionState, error)
 
-	// MaintainPartitions makes the partitions that are missing ahead and
+	// PartitionMaintain makes the partitions that are missing ahead and
 	// drops the expired ones, as p says. One maintainer runs at a time,
 	// under a store-wide lock: when another holds it, nothing is done and
 	// the report says Skipped. Claims are never blocked: partitions are
 	// made with CREATE TABLE then ATTACH PARTITION, and dropped with DETACH
 	// PARTITION … CONCURRENTLY then DROP TABLE. A detach that an earlier
 	// run left pending is finished first.
-	MaintainPartitions(ctx context.Context, p *MaintainPartitionsParams) (*inboxtype.PartitionReport, error)
+	PartitionMaintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error)
 }
 
 // Defaults of PartitionConfig.
@@ -140,20 +140,6 @@ func (c PartitionConfig) Validate() error {
 
 // MaxPartitionsPerRun bounds the partitions one maintenance run makes.
 const MaxPartitionsPerRun = 400
-
-// MaintainPartitionsParams say what a maintenance run does.
-type MaintainPartitionsParams struct {
-	// Premake makes the partitions missing up to PartitionConfig.Premake
-	// ahead.
-	Premake bool
-	// Drop drops the partitions whose every id is older than Retention,
-	// counted from the ids' time on the database's clock.
-	Drop bool
-	// Retention must be positive when Drop is set.
-	Retention time.Duration
-	// DryRun plans the run and changes nothing.
-	DryRun bool
-}
 
 // PartitionMiss says why no partition covers an id.
 type PartitionMiss string

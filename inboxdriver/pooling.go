@@ -7,14 +7,14 @@ import "context"
 // and the database, and whether its way of running statements survives
 // one. inbox doctor uses it.
 type PoolingProber interface {
-	// ProbePooling looks for a transaction pooler: it sets session state
+	// PoolingProbe looks for a transaction pooler: it sets session state
 	// on one connection and looks for it from another, and from the first
 	// in a later transaction. It takes two connections of the pool for a
 	// moment, and leaves no state behind that matters.
-	ProbePooling(ctx context.Context) (*Pooling, error)
+	PoolingProbe(ctx context.Context) (*Pooling, error)
 }
 
-// Pooling is what ProbePooling found.
+// Pooling is what PoolingProbe found.
 type Pooling struct {
 	// Transaction is true when session state did not stay with its
 	// connection: another client connection saw it, or the connection's

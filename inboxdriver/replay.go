@@ -10,7 +10,7 @@ import (
 // ReplayStore records requests to replay dead letters. Replaying runs the
 // consumer's handler, which only the application has: an operator marks dead
 // letters for replay ('inbox deadletters replay', or
-// inbox.Admin.ReplayDeadLetters), and the application replays the
+// inbox.Admin.DeadLetterReplay), and the application replays the
 // marked ones with its handler (inbox.Client.ProcessReplays).
 //
 // It is optional, as EffectStore is: a store that keeps the requests also
@@ -26,9 +26,9 @@ type ReplayStore interface {
 	// would mark.
 	DeadLetterMarkReplay(ctx context.Context, p *DeadLetterMarkParams) (int64, error)
 
-	// DeadLettersMarked lists p.Consumer's dead letters that are marked
+	// DeadLetterListMarked lists p.Consumer's dead letters that are marked
 	// for replay, oldest mark first, at most p.Limit.
-	DeadLettersMarked(ctx context.Context, p *DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
+	DeadLetterListMarked(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error)
 
 	// DeadLetterUnmarkReplay clears the replay mark of one dead letter and
 	// reports whether it was marked.

@@ -12,6 +12,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -47,7 +48,7 @@ func TestPartitionedInboxDeadLettersOutOfRangeIDs(t *testing.T) {
 	e.waitCommittedToEnd(time.Minute)
 
 	// The old event's day expires.
-	rep, err := e.client.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true})
+	rep, err := e.client.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true})
 	require.NoError(t, err)
 	require.NotEmpty(t, rep.Dropped)
 

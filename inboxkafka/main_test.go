@@ -41,7 +41,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"os"
 	"sort"
 	"strconv"
@@ -67,6 +66,7 @@ import (
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
 )
@@ -570,7 +570,7 @@ func (e *env) waitCommittedToEnd(timeout time.Duration) {
 // deadLetters returns the stored dead letters, oldest first.
 func (e *env) deadLetters() []*inboxtype.DeadLetter {
 	e.t.Helper()
-	ds, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Limit: 1000})
+	ds, err := e.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Limit: 1000})
 	require.NoError(e.t, err)
 	sort.Slice(ds, func(i, j int) bool { return ds[i].Offset < ds[j].Offset })
 	return ds

@@ -89,7 +89,7 @@ func TestOutboxEndToEnd(t *testing.T) {
 		}()
 		_, _ = first.RelayOnce(crashCtx)
 	}()
-	st, err := o.Stats(ctx)
+	st, err := e.client.Admin().OutboxStats(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, n, st.Pending, "the dead relay deleted nothing")
 
@@ -107,7 +107,7 @@ func TestOutboxEndToEnd(t *testing.T) {
 		republished += res.Published
 	}
 	require.Equal(t, n, republished)
-	st, err = o.Stats(ctx)
+	st, err = e.client.Admin().OutboxStats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // partitionedInbox renders the inbox of inboxdriver.LayoutPartitioned: the
@@ -39,7 +40,7 @@ func (m *Migrator) premake(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("inbox: migrate: Tables.Layout is %q, but the store (%T) cannot make partitions", m.s.t.Layout, m.admin)
 	}
-	if _, err := p.MaintainPartitions(ctx, &inboxdriver.MaintainPartitionsParams{Premake: true}); err != nil {
+	if _, err := p.PartitionMaintain(ctx, &inboxtype.PartitionMaintainParams{Premake: true}); err != nil {
 		return fmt.Errorf("inbox: migrate: make the inbox's partitions: %w", err)
 	}
 	return nil

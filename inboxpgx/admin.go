@@ -120,9 +120,9 @@ func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool,
 }
 
 // ForgetCount implements inboxdriver.Admin.
-func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
-	var n inboxdriver.ForgetCounts
-	err := d.pool.QueryRow(ctx, d.q.forgetCount, p.Consumer, p.ID).Scan(&n.Inbox, &n.Effects)
+func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxtype.ForgetCounts, error) {
+	var n inboxtype.ForgetCounts
+	err := d.pool.QueryRow(ctx, d.q.forgetCount, p.Consumer, p.ID).Scan(&n.InboxRows, &n.Effects)
 	return n, err
 }
 
@@ -195,7 +195,7 @@ func (d *Driver) DeadLetter(ctx context.Context, dl *inboxtype.DeadLetter) error
 }
 
 // DeadLetters implements inboxdriver.Admin.
-func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
+func (d *Driver) DeadLetterList(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	rows, err := d.pool.Query(ctx, d.q.deadLetters, p.Consumer, p.Limit)
 	if err != nil {
 		return nil, err

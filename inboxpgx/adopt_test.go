@@ -3,12 +3,13 @@ package inboxpgx_test
 import (
 	"context"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
-	"github.com/txinbox/inbox/internal/pgpartition"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/txinbox/inbox/inboxtype"
+	"github.com/txinbox/inbox/internal/pgpartition"
 
 	"github.com/jackc/pgx/v5"
 
@@ -209,12 +210,12 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 
 	awaitCount(t, &replays, 60, "replays before the switch")
 	type result struct {
-		rep *inboxtype.AdoptReport
+		rep *inboxtype.PartitionAdoptReport
 		err error
 	}
 	adopted := make(chan result, 1)
 	go func() {
-		rep, err := f.partC.AdoptPlainInbox(ctx, inbox.AdoptParams{LockTimeout: 50 * time.Millisecond, Attempts: 100})
+		rep, err := f.partC.Admin().PartitionAdopt(ctx, inboxtype.PartitionAdoptParams{LockTimeout: 50 * time.Millisecond, Attempts: 100})
 		adopted <- result{rep, err}
 	}()
 	// The switch waits for the open claim: a rename is waiting for it.
@@ -263,14 +264,14 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 	require.Len(t, applied, len(old)+1+len(fresh))
 
 	// The inbox is partitioned now, with the frozen table beside it.
-	st, err := f.partC.Partitions(ctx)
+	st, err := f.partC.Admin().Partitions(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, st.Frozen)
 	require.Equal(t, pgpartition.FrozenName("inbox"), st.Frozen.Name)
 	require.True(t, st.Frozen.Consulted)
 	require.True(t, st.Covers(st.Now.Add(-9*24*time.Hour)))
 	// Adopting again does nothing.
-	again, err := f.partC.AdoptPlainInbox(ctx, inbox.AdoptParams{})
+	again, err := f.partC.Admin().PartitionAdopt(ctx, inboxtype.PartitionAdoptParams{})
 	require.NoError(t, err)
 	require.True(t, again.AlreadyAdopted)
 	require.False(t, again.Switched)
@@ -305,29 +306,29 @@ func TestAdoptedFrozenTableRetires(t *testing.T) {
 		` (consumer_name, message_id, step, state, started_at) VALUES ('billing', $1, 'charge', 'done', now())`, old.ID)
 	require.NoError(t, err)
 
-	dry, err := f.partC.AdoptPlainInbox(ctx, inbox.AdoptParams{DryRun: true})
+	dry, err := f.partC.Admin().PartitionAdopt(ctx, inboxtype.PartitionAdoptParams{DryRun: true})
 	require.NoError(t, err)
 	require.False(t, dry.Switched)
-	_, err = f.partC.Partitions(ctx)
+	_, err = f.partC.Admin().Partitions(ctx)
 	require.ErrorContains(t, err, "adopt", "a dry run leaves the inbox plain")
 
-	rep, err := f.partC.AdoptPlainInbox(ctx, inbox.AdoptParams{})
+	rep, err := f.partC.Admin().PartitionAdopt(ctx, inboxtype.PartitionAdoptParams{})
 	require.NoError(t, err)
 	require.True(t, rep.Switched)
 
 	// A retention that keeps old's day keeps the frozen table.
-	kept, err := f.partC.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Retention: 10 * 24 * time.Hour})
+	kept, err := f.partC.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: 10 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.Nil(t, kept.Retired)
 	inboxtest.RequireDuplicate(t)(f.partC.Process(ctx, "billing", old, f.handler()))
 
 	// A dry run says it would retire it, and does not.
-	plan, err := f.partC.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, DryRun: true})
+	plan, err := f.partC.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, DryRun: true})
 	require.NoError(t, err)
 	require.NotNil(t, plan.Retired)
 	inboxtest.RequireDuplicate(t)(f.partC.Process(ctx, "billing", old, f.handler()))
 
-	done, err := f.partC.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true})
+	done, err := f.partC.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true})
 	require.NoError(t, err)
 	require.NotNil(t, done.Retired)
 	require.Equal(t, pgpartition.FrozenName("inbox"), done.Retired.Name)

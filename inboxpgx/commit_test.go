@@ -18,6 +18,7 @@ import (
 	"github.com/txinbox/inbox/inboxpgx"
 	"github.com/txinbox/inbox/inboxtest"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/pgcluster"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -145,7 +146,7 @@ func TestCommitTimeoutOnVanishedSyncStandby(t *testing.T) {
 			out, err := c.Query(ctx, c.Replica, `SELECT count(*) FROM applied WHERE message_id = '`+id+`'`)
 			require.NoError(t, err)
 			require.Equal(t, "1", out, "the standby has it: a failover keeps it")
-			dls, err := client.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing-" + name})
+			dls, err := client.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing-" + name})
 			require.NoError(t, err)
 			require.Len(t, dls, 0)
 		})

@@ -262,7 +262,7 @@ func (e *effectEnv) requireNoPayment(msg inbox.Message) {
 
 func (e *effectEnv) ledger(msg inbox.Message) *inboxtype.EffectEntry {
 	e.t.Helper()
-	es, err := e.client.ListEffects(context.Background(), inbox.ListEffectsParams{Consumer: consumer, MessageID: msg.ID})
+	es, err := e.client.Admin().EffectList(context.Background(), inboxtype.EffectListParams{Consumer: consumer, MessageID: msg.ID})
 	require.NoError(e.t, err)
 	require.Len(e.t, es, 1, "ledger entries of the message")
 	return es[0]
@@ -270,7 +270,7 @@ func (e *effectEnv) ledger(msg inbox.Message) *inboxtype.EffectEntry {
 
 func (e *effectEnv) requireParked(msg inbox.Message) *inboxtype.DeadLetter {
 	e.t.Helper()
-	dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: consumer, Limit: 10})
+	dls, err := e.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 10})
 	require.NoError(e.t, err)
 	require.Len(e.t, dls, 1, "dead letters")
 	require.Equal(e.t, msg.ID, dls[0].MessageID)
@@ -280,7 +280,7 @@ func (e *effectEnv) requireParked(msg inbox.Message) *inboxtype.DeadLetter {
 
 func (e *effectEnv) requireNotParked() {
 	e.t.Helper()
-	dls, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: consumer, Limit: 10})
+	dls, err := e.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 10})
 	require.NoError(e.t, err)
 	require.Empty(e.t, dls, "dead letters")
 }
@@ -397,7 +397,7 @@ func testCrashIgnoringNonIdempotent(t *testing.T, point fault.Point) {
 	}
 	e.requireNoPayment(msg)
 	dl := e.requireParked(msg)
-	stuck, err := e.client.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted})
+	stuck, err := e.client.Admin().EffectList(ctx, inboxtype.EffectListParams{State: inboxtype.EffectStarted})
 	require.NoError(t, err)
 	require.Len(t, stuck, 1, "stuck steps")
 	require.Equal(t, "capture", stuck[0].Step)
@@ -406,10 +406,10 @@ func testCrashIgnoringNonIdempotent(t *testing.T, point fault.Point) {
 	// replays the dead letter.
 	caps, _ := e.provider.state()
 	if len(caps) == 0 {
-		require.NoError(t, e.client.ResolveEffect(ctx, inbox.ResolveEffectParams{
+		require.NoError(t, e.client.Admin().EffectResolve(ctx, inbox.EffectResolveParams{
 			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inboxtype.EffectFailed}))
 	} else {
-		require.NoError(t, e.client.ResolveEffect(ctx, inbox.ResolveEffectParams{
+		require.NoError(t, e.client.Admin().EffectResolve(ctx, inbox.EffectResolveParams{
 			Consumer: consumer, MessageID: msg.ID, Step: "capture", State: inboxtype.EffectDone, Result: []byte(caps[0])}))
 	}
 	inboxtest.RequireApplied(t)(e.client.ProcessDeadLetter(ctx, dl.ID, h))

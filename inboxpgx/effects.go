@@ -80,10 +80,10 @@ func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolve
 }
 
 // EffectList implements inboxdriver.EffectStore.
-func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxtype.EffectEntry, error) {
+func (d *Driver) EffectList(ctx context.Context, p *inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	var id, before any
-	if p.ID != "" {
-		id = p.ID
+	if p.MessageID != "" {
+		id = p.MessageID
 	}
 	if !p.StartedBefore.IsZero() {
 		before = p.StartedBefore

@@ -35,21 +35,21 @@ func TestEffectsTextIDs(t *testing.T) {
 		return err
 	})
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: strings.ToLower(id)}, h))
-	es, err := c.ListEffects(ctx, inbox.ListEffectsParams{MessageID: strings.ToLower(id)})
+	es, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{MessageID: strings.ToLower(id)})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
 	require.Equal(t, id, es[0].MessageID)
 	require.Equal(t, inboxtype.EffectDone, es[0].State)
 
-	require.NoError(t, c.Forget(ctx, "billing", id))
+	require.NoError(t, c.Admin().Forget(ctx, "billing", id))
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))
 	require.Equal(t, 2, calls)
 
 	require.NoError(t, inboxtest.AgeRows(ctx, d, "billing", nil, 48*time.Hour))
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
-	es, err = c.ListEffects(ctx, inbox.ListEffectsParams{})
+	es, err = c.Admin().EffectList(ctx, inboxtype.EffectListParams{})
 	require.NoError(t, err)
 	require.Empty(t, es, "ledger entries after the purge")
 }
@@ -65,14 +65,14 @@ func TestMigrateEffectsDownAndUp(t *testing.T) {
 	down, err := m.Down(ctx, 2)
 	require.NoError(t, err)
 	require.Equal(t, []inboxmigrate.Info{{Version: 7, Name: "outbox_key_heads"}, {Version: 6, Name: "outbox"}, {Version: 5, Name: "dead_letter_replay"}, {Version: 4, Name: "takeovers"}, {Version: 3, Name: "effects"}}, down)
-	_, err = d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
+	_, err = d.EffectList(ctx, &inboxtype.EffectListParams{Limit: 1})
 	require.Error(t, err, "the ledger table should be gone")
 	up, err := m.Up(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []inboxmigrate.Info{{Version: 3, Name: "effects", Applied: true}, {Version: 4, Name: "takeovers", Applied: true},
 		{Version: 5, Name: "dead_letter_replay", Applied: true}, {Version: 6, Name: "outbox", Applied: true},
 		{Version: 7, Name: "outbox_key_heads", Applied: true}}, up)
-	es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1})
+	es, err := d.EffectList(ctx, &inboxtype.EffectListParams{Limit: 1})
 	require.NoError(t, err)
 	require.Empty(t, es)
 }

@@ -63,7 +63,7 @@ func Example_outbox() {
 		outcome, err := client.Process(ctx, "receipts", msg, receipt)
 		fmt.Println(outcome, err)
 	}
-	st, err := o.Stats(ctx)
+	st, err := client.Admin().OutboxStats(ctx)
 	fmt.Println("pending:", st.Pending, err)
 	// Output:
 	// published: 1 <nil>

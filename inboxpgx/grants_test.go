@@ -182,7 +182,7 @@ func TestGrants(t *testing.T) {
 					return err
 				}
 			}
-			if _, err := op.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"}); err != nil {
+			if _, err := op.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"}); err != nil {
 				return err
 			}
 			_, err := app.ProcessReplays(ctx, "billing", h)
@@ -226,7 +226,7 @@ func TestGrants(t *testing.T) {
 			// that only logged would run until the deadline, and
 			// return nil.)
 			cctx, cancel := context.WithTimeout(ctx, time.Minute)
-			err := c.RunCleaner(cctx)
+			err := c.Admin().RunCleaner(cctx)
 			cancel()
 			require.ErrorIs(t, err, inbox.ErrPermissionDenied, "without %s", missing)
 			for _, g := range f.cleanerGrants() {
@@ -240,7 +240,7 @@ func TestGrants(t *testing.T) {
 		var applied int
 		require.NoError(t, f.admin.Pool().QueryRow(ctx, entries).Scan(&applied))
 		require.Positive(t, applied)
-		n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: time.Hour})
+		n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: time.Hour})
 		require.NoError(t, err)
 		require.Positive(t, n)
 		var rows, orphans int
@@ -253,7 +253,7 @@ func TestGrants(t *testing.T) {
 		_, consumer := f.roleClient(t, f.consumerGrants()...)
 		cctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
-		err = consumer.RunCleaner(cctx)
+		err = consumer.Admin().RunCleaner(cctx)
 		require.ErrorIs(t, err, inbox.ErrPermissionDenied)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.OutboxStore[pgx.Tx] = (*Driver)(nil)
@@ -364,8 +365,8 @@ func (d *Driver) OutboxRelease(ctx context.Context, p *inboxdriver.OutboxRelease
 }
 
 // OutboxStats implements inboxdriver.OutboxAdmin.
-func (d *Driver) OutboxStats(ctx context.Context) (*inboxdriver.OutboxStats, error) {
-	s := &inboxdriver.OutboxStats{}
+func (d *Driver) OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error) {
+	s := &inboxtype.OutboxStats{}
 	var oldest *time.Time
 	if err := d.pool.QueryRow(ctx, d.oq.stats).Scan(&s.Pending, &s.Parked, &s.Published, &oldest); err != nil {
 		return nil, err

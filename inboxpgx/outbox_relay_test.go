@@ -8,7 +8,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxpgx"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -86,14 +89,14 @@ func TestRelayRunWaitsOutAnUnreachableBroker(t *testing.T) {
 	require.NoError(t, err)
 	runRelay(t, r)
 	waitUntil(t, "many refused publishes", func() bool { return refused.Load() >= 20 })
-	st, err := o.Stats(ctx)
+	st, err := outboxStats(t, d)
 	require.NoError(t, err)
 	require.EqualValues(t, 2, st.Pending)
 	require.Zero(t, st.Parked, "an unreachable broker parks nothing, whatever MaxRejections")
 	down.Store(false)
 	waitUntil(t, "the events published", func() bool { return sink.Confirmed() == 2 })
 	waitUntil(t, "the rows deleted", func() bool {
-		st, err := o.Stats(ctx)
+		st, err := outboxStats(t, d)
 		require.NoError(t, err)
 		return st.Pending == 0
 	})
@@ -141,4 +144,12 @@ func TestRelayObserver(t *testing.T) {
 	require.Equal(t, "bad", p.Topic)
 	require.Equal(t, 1, p.Rejections)
 	require.ErrorContains(t, p.Err, "INVALID_TOPIC_EXCEPTION")
+}
+
+// outboxStats reads the outbox of d, as inbox.Admin.OutboxStats does.
+func outboxStats(t *testing.T, d *inboxpgx.Driver) (*inboxtype.OutboxStats, error) {
+	t.Helper()
+	a, err := inbox.NewAdmin(d, nil)
+	require.NoError(t, err)
+	return a.OutboxStats(context.Background())
 }

@@ -25,8 +25,8 @@ func (d *Driver) Partitions(ctx context.Context) (*inboxtype.PartitionState, err
 	return d.partitions.State(ctx)
 }
 
-// MaintainPartitions implements inboxdriver.Partitioner.
-func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+// PartitionMaintain implements inboxdriver.Partitioner.
+func (d *Driver) PartitionMaintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	if err := d.partitioned(); err != nil {
 		return nil, err
 	}
@@ -35,9 +35,9 @@ func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.Maintain
 
 var _ inboxdriver.Adopter = (*Driver)(nil)
 
-// AdoptPlainInbox implements inboxdriver.Adopter: the store's Tables.Layout
+// PartitionAdopt implements inboxdriver.Adopter: the store's Tables.Layout
 // is partitioned, and its inbox table still the plain one.
-func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
+func (d *Driver) PartitionAdopt(ctx context.Context, p *inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error) {
 	if err := d.partitioned(); err != nil {
 		return nil, err
 	}

@@ -131,12 +131,12 @@ DROP TABLE `+pgx.Identifier{schema, p.Name}.Sanitize())
 	defer func() { _ = d.Rollback(ctx, tx) }()
 
 	type result struct {
-		rep *inboxtype.PartitionReport
+		rep *inboxtype.PartitionMaintainReport
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Premake: true, Drop: true})
+		rep, err := c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
 		done <- result{rep, err}
 	}()
 	awaitDetachPending(t, d.Pool(), schema)
@@ -217,7 +217,7 @@ func TestPartitionMaintenanceFinishesInterruptedRuns(t *testing.T) {
 	require.True(t, inbox.IsRetryable(err), "%v", err)
 	require.False(t, inbox.IsPermanent(err), "%v", err)
 
-	rep, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Premake: true})
+	rep, err := c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Premake: true})
 	require.NoError(t, err)
 	require.Len(t, rep.Finalized, 1)
 	require.Equal(t, pending.Name, rep.Finalized[0].Name)
@@ -245,7 +245,7 @@ func TestPartitionedPipelined(t *testing.T) {
 	c := newClient(t, d, &inbox.Config{ReplayHorizon: time.Hour, Retention: 2 * 24 * time.Hour})
 	old := credit(inboxtest.NewIDAt(time.Now().Add(-5*24*time.Hour)), 1)
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", old, f.credit()))
-	_, err := c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true})
+	_, err := c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true})
 	require.NoError(t, err)
 
 	_, err = c.Process(ctx, "billing", old, f.credit())
@@ -328,7 +328,7 @@ func TestPartitionedULIDs(t *testing.T) {
 	require.Equal(t, []string{id}, seen, "the handler sees the stored form")
 	inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: strings.ToLower(ulid)}, h))
 	inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, h))
-	require.NoError(t, c.Forget(ctx, "billing", ulid))
+	require.NoError(t, c.Admin().Forget(ctx, "billing", ulid))
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: ulid}, h))
 
 	// The plain layout keeps refusing ULIDs in a uuid column.
@@ -368,7 +368,7 @@ func TestPlainPurgeOfPartitionedInbox(t *testing.T) {
 	tables.Schema, tables.Layout = schema, inboxdriver.LayoutPlain
 	stale, err := inboxpgx.New(d.Pool(), &inboxpgx.Config{Tables: tables})
 	require.NoError(t, err)
-	n, err := newClient(t, stale, &inbox.Config{PurgeRest: -1}).Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	n, err := newClient(t, stale, &inbox.Config{PurgeRest: -1}).Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.Zero(t, n)
 	for _, id := range append([]string{old}, recent...) {
@@ -376,7 +376,7 @@ func TestPlainPurgeOfPartitionedInbox(t *testing.T) {
 	}
 
 	// The partitioned layout's own purge deletes the old row only.
-	n, err = newClient(t, d, &inbox.Config{PurgeRest: -1}).Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	n, err = newClient(t, d, &inbox.Config{PurgeRest: -1}).Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	for _, id := range recent {

@@ -37,9 +37,9 @@ func ExecModePoolerSafe(mode pgx.QueryExecMode) bool {
 	return false
 }
 
-// ProbePooling implements inboxdriver.PoolingProber on two connections of
+// PoolingProbe implements inboxdriver.PoolingProber on two connections of
 // the pool, and reports the pool's default_query_exec_mode.
-func (d *Driver) ProbePooling(ctx context.Context) (*inboxdriver.Pooling, error) {
+func (d *Driver) PoolingProbe(ctx context.Context) (*inboxdriver.Pooling, error) {
 	mode := d.pool.Config().ConnConfig.DefaultQueryExecMode
 	p := &inboxdriver.Pooling{ExecMode: execModeName(mode), ExecModeSafe: ExecModePoolerSafe(mode)}
 	if !p.ExecModeSafe {
@@ -59,7 +59,7 @@ func (d *Driver) ProbePooling(ctx context.Context) (*inboxdriver.Pooling, error)
 	defer b.Release()
 	var r [8]byte
 	_, _ = rand.Read(r[:])
-	p.Transaction, err = pgcatalog.ProbePooling(ctx, probeConn{a}, probeConn{b}, hex.EncodeToString(r[:]))
+	p.Transaction, err = pgcatalog.PoolingProbe(ctx, probeConn{a}, probeConn{b}, hex.EncodeToString(r[:]))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && (pgErr.Code == "42P05" || pgErr.Code == "26000") && !p.ExecModeSafe {
 		// A prepared statement that already exists, or does not: a

@@ -25,14 +25,14 @@ SELECT 'billing', gen_random_uuid(), now() - interval '60 days' FROM generate_se
 	require.NoError(t, err)
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	n, err := c.Purge(pctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour, BatchSize: 1, Progress: func(int64) { cancel() }})
+	n, err := c.Admin().Purge(pctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour, BatchSize: 1, Progress: func(int64) { cancel() }})
 	require.ErrorIs(t, err, context.Canceled)
 	require.EqualValues(t, 1, n)
 
 	// Without a rest the same purge runs to the end.
 	c, err = inbox.NewClient(d, &inbox.Config{PurgeRest: -1})
 	require.NoError(t, err)
-	n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour, BatchSize: 1})
+	n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour, BatchSize: 1})
 	require.NoError(t, err)
 	require.EqualValues(t, 2, n)
 	require.Zero(t, c.Config().PurgeRest)

@@ -41,7 +41,7 @@ func Example() {
 	}
 	// Rows, coverage, headroom, stuck effects and the outbox, read from
 	// the store at most once a minute.
-	if _, err := inboxprom.NewStatsCollector(client, inboxprom.StatsConfig{Registerer: reg}); err != nil {
+	if _, err := inboxprom.NewStatsCollector(client.Admin(), inboxprom.StatsConfig{Registerer: reg}); err != nil {
 		log.Fatal(err)
 	}
 	ob, err := outbox.New[pgx.Tx](d, nil)

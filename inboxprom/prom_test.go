@@ -85,7 +85,7 @@ func scrapeRun[TTx any](t *testing.T, d store[TTx], ok inbox.Handler[TTx]) {
 	require.NoError(t, err)
 	c, err := inbox.NewClient(d, &inbox.Config{Observer: obs, ReplayHorizon: horizon})
 	require.NoError(t, err)
-	_, err = inboxprom.NewStatsCollector(c, inboxprom.StatsConfig{Registerer: reg, Interval: -1})
+	_, err = inboxprom.NewStatsCollector(c.Admin(), inboxprom.StatsConfig{Registerer: reg, Interval: -1})
 	require.NoError(t, err)
 
 	a, b := inboxtest.NewID(), inboxtest.NewID()
@@ -139,7 +139,7 @@ func scrapeRun[TTx any](t *testing.T, d store[TTx], ok inbox.Handler[TTx]) {
 	// back would apply its messages again.
 	cleaner, err := inbox.NewClient(d, &inbox.Config{ReplayHorizon: 10 * time.Minute, Retention: 30 * time.Minute})
 	require.NoError(t, err)
-	n, err := cleaner.Purge(ctx, inbox.PurgeParams{OlderThan: 30 * time.Minute})
+	n, err := cleaner.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 30 * time.Minute})
 	require.NoError(t, err)
 	require.Equal(t, int64(2), n)
 	m = scrape(t, reg)
@@ -245,10 +245,10 @@ func TestStatsCacheAndFailure(t *testing.T) {
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, ok))
 
 	cached := prometheus.NewRegistry()
-	_, err = inboxprom.NewStatsCollector(c, inboxprom.StatsConfig{Registerer: cached, Interval: time.Hour})
+	_, err = inboxprom.NewStatsCollector(c.Admin(), inboxprom.StatsConfig{Registerer: cached, Interval: time.Hour})
 	require.NoError(t, err)
 	fresh := prometheus.NewRegistry()
-	sc, err := inboxprom.NewStatsCollector(c, inboxprom.StatsConfig{Registerer: fresh, Interval: -1})
+	sc, err := inboxprom.NewStatsCollector(c.Admin(), inboxprom.StatsConfig{Registerer: fresh, Interval: -1})
 	require.NoError(t, err)
 	require.Equal(t, 1.0, scrape(t, cached)[`inbox_rows{consumer="billing"}`])
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: inboxtest.NewID()}, ok))

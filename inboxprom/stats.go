@@ -4,25 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
-// StatsSource is what a StatsCollector reads: an *inbox.Client.
+// StatsSource is what a StatsCollector reads: an *inbox.Admin
+// (Client.Admin).
 type StatsSource interface {
 	Stats(ctx context.Context) (*inboxtype.Stats, error)
 	// OutboxStats returns inbox.ErrNoOutbox when the store keeps none:
 	// the outbox's gauges are left out.
-	OutboxStats(ctx context.Context) (*inbox.OutboxStats, error)
-	// ListEffects returns an error wrapping inbox.ErrEffectsUnsupported
+	OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error)
+	// EffectList returns an error wrapping inbox.ErrEffectsUnsupported
 	// when the store keeps no effects ledger: inbox_effects_stuck is left
 	// out.
-	ListEffects(ctx context.Context, p inbox.ListEffectsParams) ([]*inboxtype.EffectEntry, error)
+	EffectList(ctx context.Context, p inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error)
 	Config() inbox.Config
 }
 
@@ -194,7 +195,7 @@ func (c *StatsCollector) collect() ([]prometheus.Metric, error) {
 			gauge(c.headroom, (cov - c.cfg.ReplayHorizon).Seconds(), cs.Consumer)
 		}
 	}
-	effects, err := c.src.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-c.cfg.StuckAfter), Limit: MaxStuckEffects})
+	effects, err := c.src.EffectList(ctx, inboxtype.EffectListParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-c.cfg.StuckAfter), Limit: MaxStuckEffects})
 	switch {
 	case errors.Is(err, inbox.ErrEffectsUnsupported):
 	case err != nil:

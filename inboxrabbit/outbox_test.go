@@ -81,7 +81,7 @@ func TestOutboxRelayToRabbitMQ(t *testing.T) {
 	res, err := r.RelayOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, res.Published)
-	st, err := o.Stats(ctx)
+	st, err := h.client.Admin().OutboxStats(ctx)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending)
 	for _, id := range ids {

@@ -19,6 +19,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/fault"
 )
 
@@ -103,7 +104,7 @@ func TestPoisonIsDeadLetteredAndRejected(t *testing.T) {
 	// Not Ordered: the batch split around the poison decides the order.
 	require.Equal(t, []int{1, 6}, slices.Sorted(slices.Values(h.fx.Order(t, ""))), "only the good ones applied")
 
-	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
+	dls, err := h.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 100})
 	require.NoError(t, err)
 	reasons := map[int]string{}
 	attempts := map[int]int{}
@@ -159,12 +160,12 @@ func TestQuorumDeliveryCountBoundsRedelivery(t *testing.T) {
 	cfg.MaxDeliveries = 3
 	second := h.start(cfg, handler, nil)
 	eventually(t, "the dead letter", func() bool {
-		dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+		dls, err := h.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 		require.NoError(t, err)
 		return len(dls) == 1
 	})
 	second.stop()
-	dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	dls, err := h.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Equal(t, inbox.ReasonMaxAttempts, dls[0].Reason)
 	require.Equal(t, 3, dls[0].Attempts)

@@ -190,9 +190,9 @@ func (d *Driver) Forget(ctx context.Context, p *inboxdriver.ForgetParams) (bool,
 }
 
 // ForgetCount implements inboxdriver.Admin.
-func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
-	var n inboxdriver.ForgetCounts
-	if err := d.db.QueryRowContext(ctx, d.q.forgetCount[0], p.Consumer, p.ID).Scan(&n.Inbox); err != nil {
+func (d *Driver) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxtype.ForgetCounts, error) {
+	var n inboxtype.ForgetCounts
+	if err := d.db.QueryRowContext(ctx, d.q.forgetCount[0], p.Consumer, p.ID).Scan(&n.InboxRows); err != nil {
 		return n, err
 	}
 	ledger := d.db

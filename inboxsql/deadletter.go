@@ -62,7 +62,7 @@ func (d *Driver) dedupKey(key string) string {
 }
 
 // DeadLetters implements inboxdriver.Admin.
-func (d *Driver) DeadLetters(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
+func (d *Driver) DeadLetterList(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	var rows *sql.Rows
 	var err error
 	if p.Consumer == "" {

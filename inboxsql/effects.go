@@ -71,7 +71,7 @@ var _ inboxdriver.EffectStore = (*Driver)(nil)
 // fails with ErrLedgerLocked when no connection has freed up within
 // DefaultSQLiteBusyTimeout.
 //
-// inbox.Admin.ResolveEffect, an operator's write, waits for the write lock
+// inbox.Admin.EffectResolve, an operator's write, waits for the write lock
 // like any other writer.
 
 // ErrLedgerLocked is returned, on SQLite with the effects ledger in the
@@ -260,12 +260,12 @@ func (d *Driver) EffectResolve(ctx context.Context, p *inboxdriver.EffectResolve
 }
 
 // EffectList implements inboxdriver.EffectStore.
-func (d *Driver) EffectList(ctx context.Context, p *inboxdriver.EffectListParams) ([]*inboxtype.EffectEntry, error) {
+func (d *Driver) EffectList(ctx context.Context, p *inboxtype.EffectListParams) ([]*inboxtype.EffectEntry, error) {
 	var before any
 	if !p.StartedBefore.IsZero() {
 		before = d.timeArg(p.StartedBefore)
 	}
-	query, args := d.q.effectList(p.Consumer, p.ID, string(p.State), before, p.Limit)
+	query, args := d.q.effectList(p.Consumer, p.MessageID, string(p.State), before, p.Limit)
 	rows, err := d.EffectsDB().QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 var _ inboxdriver.OutboxStore[*sql.Tx] = (*Driver)(nil)
@@ -684,14 +685,14 @@ func (d *Driver) OutboxRelease(ctx context.Context, p *inboxdriver.OutboxRelease
 }
 
 // OutboxStats implements inboxdriver.OutboxAdmin.
-func (d *Driver) OutboxStats(ctx context.Context) (*inboxdriver.OutboxStats, error) {
+func (d *Driver) OutboxStats(ctx context.Context) (*inboxtype.OutboxStats, error) {
 	const pending = `published_at IS NULL AND parked_at IS NULL`
 	q := `SELECT COALESCE(SUM(CASE WHEN ` + pending + ` THEN 1 ELSE 0 END), 0),
        COALESCE(SUM(CASE WHEN published_at IS NULL AND parked_at IS NOT NULL THEN 1 ELSE 0 END), 0),
        COALESCE(SUM(CASE WHEN published_at IS NOT NULL THEN 1 ELSE 0 END), 0),
        MIN(CASE WHEN ` + pending + ` THEN created_at END)
   FROM ` + d.outboxTable()
-	s := &inboxdriver.OutboxStats{}
+	s := &inboxtype.OutboxStats{}
 	err := d.db.QueryRowContext(ctx, q).Scan(&s.Pending, &s.Parked, &s.Published, d.nullTimeScanner(&s.OldestPending))
 	if err != nil {
 		return nil, err

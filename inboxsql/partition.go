@@ -35,8 +35,8 @@ func (d *Driver) Partitions(ctx context.Context) (*inboxtype.PartitionState, err
 	return d.partitions.State(ctx)
 }
 
-// MaintainPartitions implements inboxdriver.Partitioner, on Postgres.
-func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+// PartitionMaintain implements inboxdriver.Partitioner, on Postgres.
+func (d *Driver) PartitionMaintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}
@@ -45,9 +45,9 @@ func (d *Driver) MaintainPartitions(ctx context.Context, p *inboxdriver.Maintain
 
 var _ inboxdriver.Adopter = (*Driver)(nil)
 
-// AdoptPlainInbox implements inboxdriver.Adopter, on Postgres: the store's
+// PartitionAdopt implements inboxdriver.Adopter, on Postgres: the store's
 // Tables.Layout is partitioned, and its inbox table still the plain one.
-func (d *Driver) AdoptPlainInbox(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
+func (d *Driver) PartitionAdopt(ctx context.Context, p *inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error) {
 	if d.tables.Layout != inboxdriver.LayoutPartitioned {
 		return nil, pgpartition.ErrNotPartitioned
 	}

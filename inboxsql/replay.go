@@ -35,8 +35,8 @@ func (d *Driver) DeadLetterMarkReplay(ctx context.Context, p *inboxdriver.DeadLe
 	return res.RowsAffected()
 }
 
-// DeadLettersMarked implements inboxdriver.ReplayStore.
-func (d *Driver) DeadLettersMarked(ctx context.Context, p *inboxdriver.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
+// DeadLetterListMarked implements inboxdriver.ReplayStore.
+func (d *Driver) DeadLetterListMarked(ctx context.Context, p *inboxtype.DeadLetterListParams) ([]*inboxtype.DeadLetter, error) {
 	rows, err := d.db.QueryContext(ctx, d.q.deadLettersMarked, p.Consumer, p.Limit)
 	if err != nil {
 		return nil, err

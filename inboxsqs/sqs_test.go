@@ -19,6 +19,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxsqs"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // The cases of the issue, (a) to (f), each counting effect rows per event id.
@@ -59,7 +60,7 @@ func TestExactlyOnce(t *testing.T) {
 			require.Equal(t, 1, h.rec.deletes(mid), "%s deleted once", name)
 		}
 
-		dls, err := h.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: "billing", Limit: 100})
+		dls, err := h.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 100})
 		require.NoError(t, err)
 		reasons := map[string]string{}
 		for _, d := range dls {

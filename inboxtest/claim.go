@@ -161,8 +161,8 @@ func testInvalidInputBeforeSQL[TTx any](t *testing.T, x *suite[TTx]) {
 		requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 		_, err = c.ProcessBatch(ctx, consumer, []inbox.Message{msg(id)}, h)
 		requireErrorIs(t, err, inbox.ErrInvalidConsumer)
-		requireErrorIs(t, c.Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
-		_, err = c.ForgetCount(ctx, consumer, id)
+		requireErrorIs(t, c.Admin().Forget(ctx, consumer, id), inbox.ErrInvalidConsumer)
+		_, err = c.Admin().ForgetCount(ctx, consumer, id)
 		requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 	}
 	for _, bad := range []struct {

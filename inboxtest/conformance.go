@@ -10,6 +10,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Store is what the conformance suite needs of a store under test.
@@ -118,7 +119,7 @@ func (x *suite[TTx]) age(consumer string, ids []string, d time.Duration) {
 
 func (x *suite[TTx]) rows(c *inbox.Client[TTx], consumer string) int64 {
 	x.t.Helper()
-	st, err := c.Stats(context.Background())
+	st, err := c.Admin().Stats(context.Background())
 	if err != nil {
 		x.t.Fatalf("Stats: %v", err)
 	}
@@ -259,7 +260,7 @@ func (d *countingDriver[TTx]) Forget(ctx context.Context, p *inboxdriver.ForgetP
 	return d.Driver.Forget(ctx, p)
 }
 
-func (d *countingDriver[TTx]) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxdriver.ForgetCounts, error) {
+func (d *countingDriver[TTx]) ForgetCount(ctx context.Context, p *inboxdriver.ForgetParams) (inboxtype.ForgetCounts, error) {
 	d.calls.Add(1)
 	return d.Driver.ForgetCount(ctx, p)
 }

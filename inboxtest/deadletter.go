@@ -28,7 +28,7 @@ func testDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: noID, Err: inbox.ErrNoMessageID, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func testDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	if withID == nil {
 		t.Fatal("the dead letter with an id is missing")
 	}
-	got, err := c.GetDeadLetter(ctx, withID.ID)
+	got, err := c.Admin().DeadLetterGet(ctx, withID.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func testDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	if got.LastSeen.Before(got.FirstSeen) || got.FirstSeen.IsZero() {
 		t.Fatalf("first seen %v, last seen %v", got.FirstSeen, got.LastSeen)
 	}
-	_, err = c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "inventory", Limit: 10})
+	_, err = c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "inventory", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,8 +71,8 @@ func testDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	h, cs := x.effect("billing")
 	RequireApplied(t)(c.ProcessDeadLetter(ctx, withID.ID, h))
 	requireEqual(t, "replay handler calls", len(cs.list()), 1)
-	_, err = c.GetDeadLetter(ctx, withID.ID)
+	_, err = c.Admin().DeadLetterGet(ctx, withID.ID)
 	requireErrorIs(t, err, inbox.ErrNotFound)
 	RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
-	requireErrorIs(t, c.DeleteDeadLetter(ctx, withID.ID), inbox.ErrNotFound)
+	requireErrorIs(t, c.Admin().DeadLetterDelete(ctx, withID.ID), inbox.ErrNotFound)
 }

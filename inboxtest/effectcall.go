@@ -106,16 +106,16 @@ func testEffectStartedNonIdempotentIsUnknownOutcome[TTx any](t *testing.T, x *su
 	}
 
 	// Stuck steps: started and not done, before a cutoff.
-	stuck := x.entries(c, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-time.Minute)})
+	stuck := x.entries(c, inboxtype.EffectListParams{State: inboxtype.EffectStarted, StartedBefore: now.Add(-time.Minute)})
 	requireEqual(t, "stuck steps", len(stuck), 1)
 	requireEqual(t, "stuck id", stuck[0].MessageID, id)
-	requireEqual(t, "stuck steps before the start", len(x.entries(c, inbox.ListEffectsParams{
+	requireEqual(t, "stuck steps before the start", len(x.entries(c, inboxtype.EffectListParams{
 		State: inboxtype.EffectStarted, StartedBefore: started})), 0)
-	requireEqual(t, "done steps", len(x.entries(c, inbox.ListEffectsParams{State: inboxtype.EffectDone})), 0)
+	requireEqual(t, "done steps", len(x.entries(c, inboxtype.EffectListParams{State: inboxtype.EffectDone})), 0)
 
 	// An operator finds the capture at the provider and settles the
 	// step as done, with the provider's result.
-	err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+	err := c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 		Consumer: "billing", MessageID: strings.ToUpper(id), Step: "capture", State: inboxtype.EffectDone, Result: []byte("cap_42")})
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func testEffectStartedNonIdempotentIsUnknownOutcome[TTx any](t *testing.T, x *su
 	RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 	requireKeys(t, r)
 	requireEqual(t, "result", last.Load(), any("cap_42"))
-	requireErrorIs(t, c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+	requireErrorIs(t, c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 		Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}), inbox.ErrNotFound)
 }
 
@@ -132,7 +132,7 @@ func testEffectResolvedFailedIsCalledAgain[TTx any](t *testing.T, x *suite[TTx])
 	r := &remote{}
 	id := NewID()
 	x.startStep("billing", id, "capture", time.Now())
-	if err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+	if err := c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 		Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectFailed}); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func testEffectResolvedFailedIsCalledAgain[TTx any](t *testing.T, x *suite[TTx])
 	RequireApplied(t)(c.Process(context.Background(), "billing", msg(id), h))
 	requireKeys(t, r, inbox.EffectKey("billing", id, "capture"))
 	requireEqual(t, "attempts", x.entry(c, "billing", id, "capture").Attempts, 2)
-	err := c.ResolveEffect(context.Background(), inbox.ResolveEffectParams{
+	err := c.Admin().EffectResolve(context.Background(), inbox.EffectResolveParams{
 		Consumer: "billing", MessageID: id, Step: "capture", State: inboxtype.EffectStarted})
 	if err == nil || !strings.Contains(err.Error(), "State") {
 		t.Fatalf("resolving to started should be refused, naming the field: %v", err)

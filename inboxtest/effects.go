@@ -93,18 +93,18 @@ func (x *suite[TTx]) startStep(consumer, id, step string, at time.Time) {
 	requireEqual(x.t, "started a new step", started, true)
 }
 
-func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inbox.ListEffectsParams) []*inboxtype.EffectEntry {
+func (x *suite[TTx]) entries(c *inbox.Client[TTx], p inboxtype.EffectListParams) []*inboxtype.EffectEntry {
 	x.t.Helper()
-	es, err := c.ListEffects(context.Background(), p)
+	es, err := c.Admin().EffectList(context.Background(), p)
 	if err != nil {
-		x.t.Fatalf("ListEffects: %v", err)
+		x.t.Fatalf("EffectList: %v", err)
 	}
 	return es
 }
 
 func (x *suite[TTx]) entry(c *inbox.Client[TTx], consumer, id, step string) *inboxtype.EffectEntry {
 	x.t.Helper()
-	for _, e := range x.entries(c, inbox.ListEffectsParams{Consumer: consumer, MessageID: id}) {
+	for _, e := range x.entries(c, inboxtype.EffectListParams{Consumer: consumer, MessageID: id}) {
 		if e.Step == step {
 			return e
 		}

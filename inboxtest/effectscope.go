@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 func testEffectPerConsumer[TTx any](t *testing.T, x *suite[TTx]) {
@@ -18,8 +19,8 @@ func testEffectPerConsumer[TTx any](t *testing.T, x *suite[TTx]) {
 		RequireApplied(t)(c.Process(context.Background(), consumer, msg(id), h))
 	}
 	requireKeys(t, r, inbox.EffectKey("billing", id, "capture"), inbox.EffectKey("inventory", id, "capture"))
-	requireEqual(t, "entries", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 2)
-	requireEqual(t, "billing entries", len(x.entries(c, inbox.ListEffectsParams{Consumer: "billing"})), 1)
+	requireEqual(t, "entries", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 2)
+	requireEqual(t, "billing entries", len(x.entries(c, inboxtype.EffectListParams{Consumer: "billing"})), 1)
 }
 
 func testEffectInBatch[TTx any](t *testing.T, x *suite[TTx]) {
@@ -66,7 +67,7 @@ func testEffectRejectsBadInput[TTx any](t *testing.T, x *suite[TTx]) {
 	_, err = c.Effect(inbox.WithConsumer(ctx, " billing"), msg(id), "capture", r.call, nil)
 	requireErrorIs(t, err, inbox.ErrInvalidConsumer)
 	requireKeys(t, r)
-	requireEqual(t, "entries", len(x.entries(c, inbox.ListEffectsParams{})), 0)
+	requireEqual(t, "entries", len(x.entries(c, inboxtype.EffectListParams{})), 0)
 
 	// A driver without the ledger says so.
 	plain, err := inbox.NewClient[TTx](&countingDriver[TTx]{Driver: x.s.Driver}, nil)
@@ -110,14 +111,14 @@ func testEffectForget[TTx any](t *testing.T, x *suite[TTx]) {
 	id := NewID()
 	h, _ := x.effectHandler(c, r, "capture", nil, "billing")
 	RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
-	n, err := c.ForgetCount(ctx, "billing", id)
+	n, err := c.Admin().ForgetCount(ctx, "billing", id)
 	requireEqual(t, "forget count error", err, nil)
-	requireEqual(t, "rows to forget", n, inbox.ForgetResult{InboxRows: 1, Effects: 1})
-	requireEqual(t, "entries after the count", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 1)
-	if err := c.Forget(ctx, "billing", id); err != nil {
+	requireEqual(t, "rows to forget", n, inboxtype.ForgetCounts{InboxRows: 1, Effects: 1})
+	requireEqual(t, "entries after the count", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 1)
+	if err := c.Admin().Forget(ctx, "billing", id); err != nil {
 		t.Fatal(err)
 	}
-	requireEqual(t, "entries after Forget", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 0)
+	requireEqual(t, "entries after Forget", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 0)
 	RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 	key := inbox.EffectKey("billing", id, "capture")
 	requireKeys(t, r, key, key)
@@ -126,14 +127,14 @@ func testEffectForget[TTx any](t *testing.T, x *suite[TTx]) {
 	// forgotten too.
 	parked := NewID()
 	x.startStep("billing", parked, "capture", time.Now())
-	n, err = c.ForgetCount(ctx, "billing", parked)
+	n, err = c.Admin().ForgetCount(ctx, "billing", parked)
 	requireEqual(t, "forget count error", err, nil)
-	requireEqual(t, "rows to forget of a parked message", n, inbox.ForgetResult{InboxRows: 0, Effects: 1})
-	if err := c.Forget(ctx, "billing", parked); err != nil {
+	requireEqual(t, "rows to forget of a parked message", n, inboxtype.ForgetCounts{InboxRows: 0, Effects: 1})
+	if err := c.Admin().Forget(ctx, "billing", parked); err != nil {
 		t.Fatalf("Forget of a message with only a ledger entry: %v", err)
 	}
-	requireEqual(t, "entries after Forget", len(x.entries(c, inbox.ListEffectsParams{MessageID: parked})), 0)
-	requireErrorIs(t, c.Forget(ctx, "billing", parked), inbox.ErrNotFound)
+	requireEqual(t, "entries after Forget", len(x.entries(c, inboxtype.EffectListParams{MessageID: parked})), 0)
+	requireErrorIs(t, c.Admin().Forget(ctx, "billing", parked), inbox.ErrNotFound)
 }
 
 func testEffectPurge[TTx any](t *testing.T, x *suite[TTx]) {
@@ -154,14 +155,14 @@ func testEffectPurge[TTx any](t *testing.T, x *suite[TTx]) {
 	newID := NewID()
 	RequireApplied(t)(c.Process(ctx, "billing", msg(newID), h))
 
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireEqual(t, "purged", n, int64(3))
 	for _, id := range oldIDs {
-		requireEqual(t, "entries of a purged message", len(x.entries(c, inbox.ListEffectsParams{MessageID: id})), 0)
+		requireEqual(t, "entries of a purged message", len(x.entries(c, inboxtype.EffectListParams{MessageID: id})), 0)
 	}
-	requireEqual(t, "entries of the new message", len(x.entries(c, inbox.ListEffectsParams{MessageID: newID})), 1)
-	requireEqual(t, "entries of the orphan", len(x.entries(c, inbox.ListEffectsParams{MessageID: orphan})), 1)
+	requireEqual(t, "entries of the new message", len(x.entries(c, inboxtype.EffectListParams{MessageID: newID})), 1)
+	requireEqual(t, "entries of the orphan", len(x.entries(c, inboxtype.EffectListParams{MessageID: orphan})), 1)
 }

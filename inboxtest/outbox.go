@@ -92,9 +92,9 @@ func (x *suite[TTx]) enqueueN(o *outbox.Outbox[TTx], n, perTx int, m func(i int)
 }
 
 // requireOutbox checks the counts of pending and parked rows.
-func (x *suite[TTx]) requireOutbox(o *outbox.Outbox[TTx], pending, parked int64) {
+func (x *suite[TTx]) requireOutbox(pending, parked int64) {
 	x.t.Helper()
-	st, err := o.Stats(context.Background())
+	st, err := x.client(nil).Admin().OutboxStats(context.Background())
 	requireNoError(x.t, "outbox Stats", err)
 	requireEqual(x.t, "pending and parked events", [2]int64{st.Pending, st.Parked}, [2]int64{pending, parked})
 }

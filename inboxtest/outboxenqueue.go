@@ -23,7 +23,7 @@ func testOutboxEnqueueCommitsWithTheTransaction[TTx any](t *testing.T, x *suite[
 	_, err := o.EnqueueTx(ctx, tx, msgs...)
 	requireNoError(t, "EnqueueTx", err)
 	requireNoError(t, "rollback", x.s.Driver.Rollback(ctx, tx))
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 
 	tx = x.begin()
 	ids, err := o.EnqueueTx(ctx, tx, msgs...)
@@ -39,12 +39,12 @@ func testOutboxEnqueueCommitsWithTheTransaction[TTx any](t *testing.T, x *suite[
 	if ids[0] == ids[1] || ids[1] == ids[2] {
 		t.Fatalf("minted ids repeat: %v", ids)
 	}
-	x.requireOutbox(o, 3, 0)
+	x.requireOutbox(3, 0)
 
 	sink := &outbox.MemorySink{}
 	res := x.relayOnce(x.relay(o, sink, nil))
 	requireEqual(t, "published", res.Published, 3)
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 	recs := sink.Records()
 	requireEqual(t, "records", len(recs), 3)
 	byID := map[string]outbox.Record{}
@@ -101,7 +101,7 @@ func testOutboxKeepsTheCallersIDAndRefusesBadMessages[TTx any](t *testing.T, x *
 	}
 	// Nothing of a refused enqueue was written, not even its good
 	// messages.
-	x.requireOutbox(o, 1, 0)
+	x.requireOutbox(1, 0)
 }
 
 func testOutboxHandlerOutputsCommitWithTheInboxRow[TTx any](t *testing.T, x *suite[TTx]) {
@@ -132,7 +132,7 @@ func testOutboxHandlerOutputsCommitWithTheInboxRow[TTx any](t *testing.T, x *sui
 	if _, err := c.Process(ctx, "billing", msg(NewID()), failing); err == nil {
 		t.Fatal("Process with a failing handler: no error")
 	}
-	x.requireOutbox(o, 1, 0)
+	x.requireOutbox(1, 0)
 	sink := &outbox.MemorySink{}
 	x.relayOnce(x.relay(o, sink, nil))
 	recs := sink.Records()
@@ -154,5 +154,5 @@ func testOutboxEnqueueBatchNeedsAQueueingStore[TTx any](t *testing.T, x *suite[T
 	} else if err == nil || errors.Is(err, outbox.ErrNotQueueable) {
 		t.Fatalf("EnqueueBatch on a batch of the wrong type: got %v, want an error naming the type", err)
 	}
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 }

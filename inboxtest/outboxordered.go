@@ -49,7 +49,7 @@ func testOutboxOrderedKeepsEachKeysOrderAndBlocksOnlyTheFailingKey[TTx any](t *t
 		}
 	}
 	// Everything but b2..b5 is out; b is blocked behind b2 alone.
-	x.requireOutbox(o, 4, 0)
+	x.requireOutbox(4, 0)
 	requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 1, "c": 5})
 	mu.Lock()
 	fixed = true
@@ -62,7 +62,7 @@ func testOutboxOrderedKeepsEachKeysOrderAndBlocksOnlyTheFailingKey[TTx any](t *t
 			break
 		}
 	}
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 	requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 5, "c": 5})
 	requireEqual(t, "records", len(sink.Records()), 20)
 }
@@ -79,7 +79,7 @@ func testOutboxOrderedRunGoesInOneCallToAnOrderKeepingSink[TTx any](t *testing.T
 	// the second.
 	requireEqual(t, "calls", sink.Calls(), 2)
 	requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 4})
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 }
 
 func testOutboxOrderedRunStopsAtItsFirstFailure[TTx any](t *testing.T, x *suite[TTx]) {
@@ -130,7 +130,7 @@ func testOutboxOrderedRunStopsAtItsFirstFailure[TTx any](t *testing.T, x *suite[
 		}
 	}
 	requireKeyOrder(t, sink.Records(), map[string]int{"a": 2, "b": 2})
-	x.requireOutbox(o, 3, 0)
+	x.requireOutbox(3, 0)
 	clockMu.Lock()
 	clock = clock.Add(2 * time.Hour)
 	clockMu.Unlock()
@@ -139,7 +139,7 @@ func testOutboxOrderedRunStopsAtItsFirstFailure[TTx any](t *testing.T, x *suite[
 	requireEqual(t, "published after the backoff", res.Published, 3)
 	requireEqual(t, "calls for a3..a5", sink.Calls()-calls, 1)
 	requireKeyOrder(t, sink.Records(), map[string]int{"a": 5, "b": 2})
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 }
 
 func testOutboxOrderedSinkWithoutTheCapabilityGetsOneRecordPerKeyACall[TTx any](t *testing.T, x *suite[TTx]) {

@@ -46,7 +46,7 @@ func testOutboxManyRelaysPublishEachEventOnce[TTx any](t *testing.T, x *suite[TT
 	for err := range errs {
 		t.Fatalf("RelayOnce: %v", err)
 	}
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 	got := sink.counts()
 	requireEqual(t, "events published", len(got), n)
 	for _, id := range want {
@@ -88,7 +88,7 @@ func testOutboxRunningRelaysPublishEachEventOnce[TTx any](t *testing.T, x *suite
 	}
 	cancel()
 	wg.Wait()
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 	got := sink.counts()
 	for _, id := range want {
 		requireEqual(t, "publishes of "+id, got[id], 1)
@@ -147,7 +147,7 @@ func testOutboxRejectionsParkAfterTheBudget[TTx any](t *testing.T, x *suite[TTx]
 	}
 	requireEqual(t, "parked", parked, 1)
 	requireEqual(t, "published", sink.Confirmed(), 2)
-	x.requireOutbox(o, 0, 1)
+	x.requireOutbox(0, 1)
 	res := x.relayOnce(r)
 	requireEqual(t, "a parked event is not claimed", res.Claimed, 0)
 	row, err := x.outboxStore().OutboxGet(ctx, ids[1])
@@ -162,7 +162,7 @@ func testOutboxRejectionsParkAfterTheBudget[TTx any](t *testing.T, x *suite[TTx]
 	sink.Reject = nil // the broker's limit was raised
 	res = x.relayOnce(r)
 	requireEqual(t, "published after the unpark", res.Published, 1)
-	x.requireOutbox(o, 0, 0)
+	x.requireOutbox(0, 0)
 }
 
 func testOutboxUnreachableBrokerNeverParks[TTx any](t *testing.T, x *suite[TTx]) {
@@ -179,7 +179,7 @@ func testOutboxUnreachableBrokerNeverParks[TTx any](t *testing.T, x *suite[TTx])
 		requireEqual(t, "parked", res.Parked, 0)
 		requireErrorIs(t, res.UnavailableErr, outbox.ErrUnavailable)
 	}
-	x.requireOutbox(o, 2, 0)
+	x.requireOutbox(2, 0)
 	for _, id := range ids {
 		row, err := x.outboxStore().OutboxGet(ctx, id)
 		requireNoError(t, "OutboxGet", err)

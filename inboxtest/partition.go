@@ -24,14 +24,14 @@ func (x *suite[TTx]) partitioned() bool {
 
 // maintain runs partition maintenance through c and fails the test on an
 // error.
-func maintain[TTx any](t *testing.T, c *inbox.Client[TTx], p inbox.MaintainPartitionsParams) *inboxtype.PartitionReport {
+func maintain[TTx any](t *testing.T, c *inbox.Client[TTx], p inboxtype.PartitionMaintainParams) *inboxtype.PartitionMaintainReport {
 	t.Helper()
-	rep, err := c.MaintainPartitions(context.Background(), p)
+	rep, err := c.Admin().PartitionMaintain(context.Background(), p)
 	if err != nil {
-		t.Fatalf("MaintainPartitions(%+v): %v", p, err)
+		t.Fatalf("PartitionMaintain(%+v): %v", p, err)
 	}
 	if rep.Skipped {
-		t.Fatalf("MaintainPartitions(%+v) skipped: no other maintainer runs in this test", p)
+		t.Fatalf("PartitionMaintain(%+v) skipped: no other maintainer runs in this test", p)
 	}
 	return rep
 }
@@ -48,7 +48,7 @@ func (x *suite[TTx]) deadLetterAsAnAdapterDoes(t *testing.T, c *inbox.Client[TTx
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: err, Attempts: 1}); err != nil {
 		t.Fatalf("DeadLetter: %v", err)
 	}
-	list, lerr := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
+	list, lerr := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
 	if lerr != nil {
 		t.Fatalf("DeadLetters: %v", lerr)
 	}
@@ -89,7 +89,7 @@ func (x *suite[TTx]) cleanerPartitioned(t *testing.T) {
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- c.RunCleaner(cctx) }()
+	go func() { done <- c.Admin().RunCleaner(cctx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for x.rows(c, "billing") != 1 {
 		if time.Now().After(deadline) {
@@ -149,13 +149,13 @@ func testPartitionedReplayBeyondRetentionIsExpired[TTx any](t *testing.T, x *sui
 	RequireDuplicate(t)(c.Process(ctx, "billing", old, h))
 
 	// A dry run drops nothing.
-	rep := maintain(t, c, inbox.MaintainPartitionsParams{Drop: true, DryRun: true})
+	rep := maintain(t, c, inboxtype.PartitionMaintainParams{Drop: true, DryRun: true})
 	if len(rep.Dropped) == 0 {
 		t.Fatalf("a dry run with a retention of 2 days plans no drop: %+v", rep)
 	}
 	RequireDuplicate(t)(c.Process(ctx, "billing", old, h))
 
-	rep = maintain(t, c, inbox.MaintainPartitionsParams{Drop: true})
+	rep = maintain(t, c, inboxtype.PartitionMaintainParams{Drop: true})
 	oldTime, _ := inboxdriver.IDTime(old.ID)
 	dropped := false
 	for _, p := range rep.Dropped {
@@ -194,7 +194,7 @@ func testPartitionedReplayBeyondRetentionIsExpired[TTx any](t *testing.T, x *sui
 
 	// A retention inside the replay horizon plus the clock skew
 	// is refused.
-	_, err = c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Retention: time.Hour})
+	_, err = c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: time.Hour})
 	requireErrorIs(t, err, inbox.ErrWindowTooShort)
 }
 
@@ -231,7 +231,7 @@ func testPartitionedPurgeAcrossPartitions[TTx any](t *testing.T, x *suite[TTx]) 
 	}
 	b := msg(NewIDAt(now))
 	RequireApplied(t)(c.Process(ctx, "billing", b, h))
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func testPartitionedPurgeAcrossPartitions[TTx any](t *testing.T, x *suite[TTx]) 
 func testPartitionMaintenance[TTx any](t *testing.T, x *suite[TTx]) {
 	ctx := context.Background()
 	c := x.client(&inbox.Config{ReplayHorizon: time.Hour, Retention: 3 * 24 * time.Hour})
-	st, err := c.Partitions(ctx)
+	st, err := c.Admin().Partitions(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,16 +256,16 @@ func testPartitionMaintenance[TTx any](t *testing.T, x *suite[TTx]) {
 		}
 	}
 	// Again: nothing to make.
-	rep := maintain(t, c, inbox.MaintainPartitionsParams{Premake: true})
+	rep := maintain(t, c, inboxtype.PartitionMaintainParams{Premake: true})
 	requireEqual(t, "partitions made again", len(rep.Created), 0)
 
 	// One maintainer at a time.
 	tables := x.s.Driver.Tables()
 	key := "inbox-partitions:" + tables.Schema + "." + tables.Inbox
-	var skipped *inboxtype.PartitionReport
+	var skipped *inboxtype.PartitionMaintainReport
 	ran, err := x.s.Driver.WithLock(ctx, key, func(ctx context.Context) error {
 		var err error
-		skipped, err = c.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Premake: true, Drop: true})
+		skipped, err = c.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
 		return err
 	})
 	if err != nil || !ran {
@@ -274,7 +274,7 @@ func testPartitionMaintenance[TTx any](t *testing.T, x *suite[TTx]) {
 	requireEqual(t, "skipped while another holds the lock", skipped.Skipped, true)
 
 	// Drop, then make again: a day dropped is never made again.
-	rep = maintain(t, c, inbox.MaintainPartitionsParams{Premake: true, Drop: true})
+	rep = maintain(t, c, inboxtype.PartitionMaintainParams{Premake: true, Drop: true})
 	if len(rep.Dropped) < 20 {
 		t.Fatalf("dropped %d partitions, want the 26 or so older than 3 days", len(rep.Dropped))
 	}
@@ -283,7 +283,7 @@ func testPartitionMaintenance[TTx any](t *testing.T, x *suite[TTx]) {
 	if oldest.Before(rep.Now.Add(-4*24*time.Hour)) || oldest.After(rep.Now.Add(-3*24*time.Hour)) {
 		t.Fatalf("the oldest partition starts at %s; want the day of %s", oldest, rep.Now.Add(-3*24*time.Hour))
 	}
-	rep = maintain(t, c, inbox.MaintainPartitionsParams{Premake: true})
+	rep = maintain(t, c, inboxtype.PartitionMaintainParams{Premake: true})
 	requireEqual(t, "partitions made after the drop", len(rep.Created), 0)
 	after, _ := rep.State.Range()
 	requireEqual(t, "oldest after making", after, oldest)

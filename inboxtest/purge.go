@@ -27,13 +27,13 @@ func testPurgeWindowAndHorizon[TTx any](t *testing.T, x *suite[TTx]) {
 		RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 	}
 
-	_, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 12 * time.Hour})
+	_, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 12 * time.Hour})
 	requireErrorIs(t, err, inbox.ErrWindowTooShort)
 	if !strings.Contains(err.Error(), "12h") || !strings.Contains(err.Error(), "1d") {
 		t.Fatalf("the refusal should name the window and the horizon: %v", err)
 	}
 
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, DryRun: true})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func testPurgeWindowAndHorizon[TTx any](t *testing.T, x *suite[TTx]) {
 	requireEqual(t, "rows after a dry run", x.rows(c, "billing"), int64(8))
 
 	var progress []int64
-	n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2,
+	n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 5 * 24 * time.Hour, BatchSize: 2,
 		Progress: func(d int64) { progress = append(progress, d) }})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func testPurgeUsesTheStoresClock[TTx any](t *testing.T, x *suite[TTx]) {
 	id := NewID()
 	RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 	RequireApplied(t)(c.Process(ctx, "billing", msg(NewID()), h))
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +77,13 @@ func testPurgeUsesTheStoresClock[TTx any](t *testing.T, x *suite[TTx]) {
 	// A host 20 days fast places no cutoff either.
 	fast := time.Now().Add(20 * 24 * time.Hour)
 	c = x.client(&inbox.Config{Now: func() time.Time { return fast }})
-	n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon, DryRun: true})
+	n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	requireEqual(t, "rows a fast host would purge", n, int64(0))
 	x.age("billing", []string{id}, 15*24*time.Hour)
-	n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+	n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func testPurgeByConsumer[TTx any](t *testing.T, x *suite[TTx]) {
 		RequireApplied(t)(c.Process(ctx, consumer, msg(id), h))
 		x.age(consumer, []string{id}, 48*time.Hour)
 	}
-	n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, Consumer: "inventory"})
+	n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, Consumer: "inventory"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func testCleaner[TTx any](t *testing.T, x *suite[TTx]) {
 	}
 
 	done := make(chan error, 1)
-	go func() { done <- c.RunCleaner(ctx) }()
+	go func() { done <- c.Admin().RunCleaner(ctx) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for x.rows(c, "billing") != 1 {
 		if time.Now().After(deadline) {
@@ -173,20 +173,20 @@ func testForgetAllowsOneMoreApply[TTx any](t *testing.T, x *suite[TTx]) {
 	RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 	// A dry run counts the row, and deletes nothing.
 	for range 2 {
-		n, err := c.ForgetCount(ctx, "billing", strings.ToUpper(id))
+		n, err := c.Admin().ForgetCount(ctx, "billing", strings.ToUpper(id))
 		requireEqual(t, "forget count error", err, nil)
 		requireEqual(t, "inbox rows to forget", n.InboxRows, int64(1))
 	}
 	RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
-	if err := c.Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
+	if err := c.Admin().Forget(ctx, "billing", strings.ToUpper(id)); err != nil {
 		t.Fatal(err)
 	}
 	RequireApplied(t)(c.Process(ctx, "billing", msg(id), h))
 	RequireDuplicate(t)(c.Process(ctx, "billing", msg(id), h))
 	requireEqual(t, "handler calls", len(cs.list()), 2)
 	x.requireEffects("billing", id, 2)
-	requireErrorIs(t, c.Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
-	requireErrorIs(t, c.Forget(ctx, "inventory", id), inbox.ErrNotFound)
-	_, err := c.ForgetCount(ctx, "inventory", id)
+	requireErrorIs(t, c.Admin().Forget(ctx, "billing", NewID()), inbox.ErrNotFound)
+	requireErrorIs(t, c.Admin().Forget(ctx, "inventory", id), inbox.ErrNotFound)
+	_, err := c.Admin().ForgetCount(ctx, "inventory", id)
 	requireErrorIs(t, err, inbox.ErrNotFound)
 }

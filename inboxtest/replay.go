@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/txinbox/inbox"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 func testReplayMarkedDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
@@ -21,7 +22,7 @@ func testReplayMarkedDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	markOnce(t, c, d1, d2, dNoID)
 
 	// A consumer's replay replays its own dead letters, not billing's.
-	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dOther})
+	marked, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: dOther})
 	requireEqual(t, "mark inventory's", marked, int64(1))
 	requireEqual(t, "mark inventory's error", err, nil)
 	hOther, csOther := x.effect("inventory")
@@ -51,7 +52,7 @@ func testReplayMarkedDeadLetters[TTx any](t *testing.T, x *suite[TTx]) {
 	x.requireEffects("billing", id2, 1)
 	requireEqual(t, "handler calls", len(cs.list()), 2)
 	for _, d := range []int64{d1, d2} {
-		_, err := c.GetDeadLetter(ctx, d)
+		_, err := c.Admin().DeadLetterGet(ctx, d)
 		requireErrorIs(t, err, inbox.ErrNotFound)
 	}
 	rs, err = c.ProcessReplays(ctx, "billing", h)
@@ -69,7 +70,7 @@ func deadLetterToReplay[TTx any](t *testing.T, c *inbox.Client[TTx], consumer st
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errBoom, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
+	list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,15 +88,15 @@ func deadLetterToReplay[TTx any](t *testing.T, c *inbox.Client[TTx], consumer st
 // of two concurrent marks of d2 one marks it.
 func markOnce[TTx any](t *testing.T, c *inbox.Client[TTx], d1, d2, dNoID int64) {
 	ctx := context.Background()
-	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
+	marked, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d1})
 	requireEqual(t, "first mark", marked, int64(1))
 	requireEqual(t, "first mark error", err, nil)
-	marked, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d1})
+	marked, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d1})
 	requireEqual(t, "second mark of the same", marked, int64(0))
 	requireEqual(t, "second mark error", err, nil)
-	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: dNoID})
+	_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: dNoID})
 	requireErrorIs(t, err, inbox.ErrNoMessageID)
-	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40})
+	_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: 1 << 40})
 	requireErrorIs(t, err, inbox.ErrNotFound)
 
 	// Two concurrent marks of one dead letter: one marks it.
@@ -105,7 +106,7 @@ func markOnce[TTx any](t *testing.T, c *inbox.Client[TTx], d1, d2, dNoID int64) 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d2})
+			ok, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d2})
 			if err != nil {
 				t.Error(err)
 			}
@@ -126,7 +127,7 @@ func (x *suite[TTx]) replayFailingAgain(t *testing.T, c *inbox.Client[TTx], h in
 	// the error and one more attempt, and is no longer marked.
 	id4 := NewID()
 	d4 := deadLetterToReplay(t, c, "billing", msg(id4))
-	n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+	n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 	requireEqual(t, "mark all error", err, nil)
 	requireEqual(t, "marked of billing's (not the one without an id)", n, int64(1))
 	errAgain := errors.New("still declined")
@@ -135,7 +136,7 @@ func (x *suite[TTx]) replayFailingAgain(t *testing.T, c *inbox.Client[TTx], h in
 	requireEqual(t, "replay error", err, nil)
 	requireEqual(t, "replays", len(rs), 1)
 	requireErrorIs(t, rs[0].Err, errAgain)
-	d, err := c.GetDeadLetter(ctx, d4)
+	d, err := c.Admin().DeadLetterGet(ctx, d4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +147,7 @@ func (x *suite[TTx]) replayFailingAgain(t *testing.T, c *inbox.Client[TTx], h in
 	rs, err = c.ProcessReplays(ctx, "billing", failing)
 	requireEqual(t, "replay error", err, nil)
 	requireEqual(t, "replays of an unmarked dead letter", len(rs), 0)
-	marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: d4})
+	marked, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: d4})
 	requireEqual(t, "mark again", marked, int64(1))
 	requireEqual(t, "mark again error", err, nil)
 	rs, err = c.ProcessReplays(ctx, "billing", h)
@@ -169,7 +170,7 @@ func testReplayDryRunMarksNothing[TTx any](t *testing.T, x *suite[TTx]) {
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "inventory", Message: msg(NewID()), Err: errBoom, Attempts: 1}); err != nil {
 		t.Fatal(err)
 	}
-	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,23 +183,23 @@ func testReplayDryRunMarksNothing[TTx any](t *testing.T, x *suite[TTx]) {
 	// Counted as the mark would count: billing's with an id, not
 	// the one without, nor inventory's; and nothing is marked.
 	for range 2 {
-		n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing", DryRun: true})
+		n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing", DryRun: true})
 		requireEqual(t, "dry run error", err, nil)
 		requireEqual(t, "would mark", n, int64(2))
 	}
-	n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: one, DryRun: true})
+	n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: one, DryRun: true})
 	requireEqual(t, "dry run of one error", err, nil)
 	requireEqual(t, "would mark one", n, int64(1))
-	n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: one})
+	n, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: one})
 	requireEqual(t, "mark one error", err, nil)
 	requireEqual(t, "marked one after its dry run", n, int64(1))
-	n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing", DryRun: true})
+	n, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing", DryRun: true})
 	requireEqual(t, "dry run error", err, nil)
 	requireEqual(t, "would mark, with one marked", n, int64(1))
-	n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+	n, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 	requireEqual(t, "mark all error", err, nil)
 	requireEqual(t, "marked all after the dry runs", n, int64(1))
-	_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: 1 << 40, DryRun: true})
+	_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: 1 << 40, DryRun: true})
 	requireErrorIs(t, err, inbox.ErrNotFound)
 }
 
@@ -211,7 +212,7 @@ func testConcurrentReplays[TTx any](t *testing.T, x *suite[TTx]) {
 	if err := c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: msg(id), Err: errBoom, Attempts: 3}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+	n, err := c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 	requireEqual(t, "mark error", err, nil)
 	requireEqual(t, "marked", n, int64(1))
 	effect, cs := x.effect("billing")
@@ -265,7 +266,7 @@ func testConcurrentReplays[TTx any](t *testing.T, x *suite[TTx]) {
 	}
 	requireEqual(t, "handler calls", len(cs.list()), 1)
 	x.requireEffects("billing", id, 1)
-	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	requireEqual(t, "list error", err, nil)
 	requireEqual(t, "dead letters left", len(list), 0)
 }

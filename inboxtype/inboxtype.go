@@ -1,6 +1,6 @@
 // Package inboxtype holds the types that the inbox's client and its stores
 // both hand to users: dead letters, statistics, effect-ledger entries and
-// partitions. It imports nothing of the project, so that the root package
+// partitions, and the parameters of the operator's operations. It imports nothing of the project, so that the root package
 // inbox and the store seam inboxdriver can both use it.
 package inboxtype
 
@@ -12,6 +12,34 @@ type Stats struct {
 	// TableBytes is the size of the inbox table with its indexes, or -1
 	// where the store cannot tell.
 	TableBytes int64
+}
+
+// OutboxStats describe a store's outbox (package outbox): the producer's
+// events that relays have not published yet. Read them with
+// inbox.Admin.OutboxStats.
+type OutboxStats struct {
+	// Pending counts the events not yet published, claimed by a relay or
+	// not; Parked those parked for an operator; Published those kept after
+	// publishing (outbox.RelayConfig.KeepPublished).
+	Pending   int64
+	Parked    int64
+	Published int64
+	// OldestPending is when the oldest pending event was enqueued, or zero.
+	OldestPending time.Time
+	// Lag is the age of the oldest pending event, by the clock of the
+	// Admin that read them (inbox.Config.Now): how far the relays are
+	// behind. Zero when nothing is pending. A store's driver leaves it
+	// zero.
+	Lag time.Duration
+}
+
+// ForgetCounts are the rows of one message that inbox.Admin.Forget
+// deletes (inbox.Admin.ForgetCount counts them).
+type ForgetCounts struct {
+	// InboxRows counts its inbox row: 0 or 1.
+	InboxRows int64
+	// Effects counts its effect-ledger entries, one per step.
+	Effects int64
 }
 
 // ConsumerStats describe one consumer's rows.
@@ -95,7 +123,7 @@ type PartitionState struct {
 	// left by a run that stopped between a detach and its drop.
 	Detached []Partition
 	// Frozen is the plain table of an inbox adopted into this layout
-	// (AdoptPlainInbox), while it is kept; nil when there is none.
+	// (PartitionAdopt), while it is kept; nil when there is none.
 	Frozen *FrozenInbox
 }
 
@@ -144,8 +172,8 @@ type Partition struct {
 	Bytes int64
 }
 
-// PartitionReport is what a maintenance run did, or with DryRun would do.
-type PartitionReport struct {
+// PartitionMaintainReport is what a maintenance run did, or with DryRun would do.
+type PartitionMaintainReport struct {
 	// Skipped is true when another maintainer held the lock: nothing was
 	// done.
 	Skipped bool
@@ -171,7 +199,7 @@ type PartitionReport struct {
 }
 
 // FrozenInbox is the plain table of an inbox adopted into the partitioned
-// layout (AdoptPlainInbox), kept read-only beside it: a claim of an id it
+// layout (PartitionAdopt), kept read-only beside it: a claim of an id it
 // holds is a duplicate. Partition maintenance that drops retires it once
 // none of its ids falls at or after the oldest partition's start: a replay
 // of any of them is then refused as expired.
@@ -187,8 +215,8 @@ type FrozenInbox struct {
 	Consulted bool
 }
 
-// AdoptReport is what AdoptPlainInbox did, or with DryRun would do.
-type AdoptReport struct {
+// PartitionAdoptReport is what PartitionAdopt did, or with DryRun would do.
+type PartitionAdoptReport struct {
 	// Skipped is true when another maintainer held the lock: nothing was
 	// done.
 	Skipped bool

@@ -171,7 +171,7 @@ func producedMessagesReachOutbox[TTx any](t *testing.T, s *store[TTx]) {
 	sent := ids(5)
 	publish(t, ps, "orders", sent)
 	requireOnceEach(t, s.effects(t), sent)
-	st, err := s.outbox.Stats(ctx)
+	st, err := s.client.Admin().OutboxStats(ctx)
 	require.NoError(t, err)
 	require.Equal(t, int64(2*len(sent)), st.Pending, "two produced messages per message, once")
 

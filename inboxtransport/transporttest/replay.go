@@ -37,7 +37,7 @@ func testMarkedReplay[TTx any](t *testing.T, tr Transport[TTx]) {
 	require.True(t, ok, "the driver %T has no Admin", e.client.Driver())
 	admin, err := inbox.NewAdmin(driver, nil)
 	require.NoError(t, err)
-	n, err := admin.ReplayDeadLetters(context.Background(), inbox.ReplayDeadLettersParams{Consumer: ConsumerName})
+	n, err := admin.DeadLetterReplay(context.Background(), inbox.DeadLetterReplayParams{Consumer: ConsumerName})
 	require.NoError(t, err)
 	require.Equal(t, int64(1), n)
 

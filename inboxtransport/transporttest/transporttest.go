@@ -40,6 +40,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxtransport"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/internal/uuid"
 	"github.com/txinbox/inbox/outbox"
@@ -500,7 +501,7 @@ func (e *env[TTx]) requireDrained() {
 // those without one).
 func (e *env[TTx]) deadLetters() map[string][]inboxDeadLetter {
 	e.t.Helper()
-	ds, err := e.client.ListDeadLetters(context.Background(), inbox.ListDeadLettersParams{Consumer: ConsumerName, Limit: 1000})
+	ds, err := e.client.Admin().DeadLetterList(context.Background(), inboxtype.DeadLetterListParams{Consumer: ConsumerName, Limit: 1000})
 	require.NoError(e.t, err)
 	out := map[string][]inboxDeadLetter{}
 	for _, d := range ds {

@@ -30,6 +30,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxsql"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/dbfault"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -303,7 +304,7 @@ func (s *Store) RequireOutcome(t *testing.T, c Case, healthy []string, poison st
 	require.Empty(t, lost, "healthy messages never applied")
 	require.Len(t, counts, len(healthy), "effects of messages that should have none")
 
-	ds, err := s.owner.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Limit: 100})
+	ds, err := s.owner.DeadLetterList(ctx, &inboxtype.DeadLetterListParams{Limit: 100})
 	require.NoError(t, err)
 	healthyDead := 0
 	for _, d := range ds {

@@ -187,7 +187,7 @@ type ProbeConn interface {
 	Exec(ctx context.Context, sql string) error
 }
 
-// ProbePooling reports whether session state set through a is seen
+// PoolingProbe reports whether session state set through a is seen
 // through b, in a transaction that b holds open, or is gone from a's next
 // transaction: what only a transaction pooler does (see
 // inboxdriver.PoolingProber). probe is a random value. Directly, or
@@ -195,7 +195,7 @@ type ProbeConn interface {
 // wrong; a transaction pooler that hands b another server connection and a
 // its own again goes unseen. PgBouncer hands out the server connection
 // used last first, so b gets a's.
-func ProbePooling(ctx context.Context, a, b ProbeConn, probe string) (bool, error) {
+func PoolingProbe(ctx context.Context, a, b ProbeConn, probe string) (bool, error) {
 	var pidA1, pidB, pidA2 int32
 	var ok bool
 	if err := a.QueryRow(ctx, PoolingProbeSet, probe).Scan(&pidA1, &ok); err != nil {

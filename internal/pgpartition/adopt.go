@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox/inboxtype"
 	"time"
 
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 )
 
 // Adopting a plain inbox into the partitioned layout, while consumers run.
@@ -56,9 +56,9 @@ func (m *Maintainer) adoptKinds(ctx context.Context) (adoptKinds, error) {
 
 // Adopt moves a plain inbox to the partitioned layout (see the comment
 // above), under the maintainers' lock.
-func (m *Maintainer) Adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
+func (m *Maintainer) Adopt(ctx context.Context, p *inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error) {
 	params := p.WithDefaults()
-	var rep *inboxtype.AdoptReport
+	var rep *inboxtype.PartitionAdoptReport
 	ran, err := m.db.WithLock(ctx, m.LockKey(), func(ctx context.Context) error {
 		var err error
 		rep, err = m.adopt(ctx, &params)
@@ -68,14 +68,14 @@ func (m *Maintainer) Adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 		return rep, err
 	}
 	if !ran {
-		return &inboxtype.AdoptReport{Skipped: true}, nil
+		return &inboxtype.PartitionAdoptReport{Skipped: true}, nil
 	}
 	return rep, nil
 }
 
-func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*inboxtype.AdoptReport, error) {
+func (m *Maintainer) adopt(ctx context.Context, p *inboxtype.PartitionAdoptParams) (*inboxtype.PartitionAdoptReport, error) {
 	frozen, adopting := FrozenName(m.t.Inbox), AdoptingName(m.t.Inbox)
-	rep := &inboxtype.AdoptReport{Frozen: frozen}
+	rep := &inboxtype.PartitionAdoptReport{Frozen: frozen}
 	k, err := m.adoptKinds(ctx)
 	if err != nil {
 		return nil, err
@@ -121,7 +121,7 @@ func (m *Maintainer) adopt(ctx context.Context, p *inboxdriver.AdoptParams) (*in
 			return rep, fmt.Errorf("inbox: adopt: make %s: %w", m.qualify(adopting), err)
 		}
 	}
-	made, err := next.maintain(ctx, &inboxdriver.MaintainPartitionsParams{Premake: true})
+	made, err := next.maintain(ctx, &inboxtype.PartitionMaintainParams{Premake: true})
 	if err != nil {
 		return rep, fmt.Errorf("inbox: adopt: make the partitions of %s: %w", m.qualify(adopting), err)
 	}
@@ -274,7 +274,7 @@ func (m *Maintainer) retireFrozen(ctx context.Context, f *inboxtype.FrozenInbox,
 	}
 	check := FrozenCheckName(m.t.Inbox)
 	if f.Consulted {
-		err := m.db.Tx(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, inboxdriver.DefaultAdoptLockTimeout.Milliseconds()),
+		err := m.db.Tx(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, inboxtype.DefaultAdoptLockTimeout.Milliseconds()),
 			`DROP TRIGGER IF EXISTS `+m.quote(check)+` ON `+m.parent)
 		if err != nil {
 			return false, fmt.Errorf("inbox: retire the frozen table %s: drop its trigger (the next run tries again): %w", f.Name, err)

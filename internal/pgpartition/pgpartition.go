@@ -196,22 +196,22 @@ func (m *Maintainer) LockKey() string {
 }
 
 // Maintain runs maintenance as p says, under the maintainers' lock.
-func (m *Maintainer) Maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+func (m *Maintainer) Maintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	if p.Drop && p.Retention <= 0 {
 		return nil, fmt.Errorf("inbox: partition maintenance: Retention must be positive to drop partitions, got %v", p.Retention)
 	}
 	finalized, err := m.finishDetaches(ctx, p.DryRun)
 	if err != nil {
-		return &inboxtype.PartitionReport{Finalized: finalized}, err
+		return &inboxtype.PartitionMaintainReport{Finalized: finalized}, err
 	}
-	var rep *inboxtype.PartitionReport
+	var rep *inboxtype.PartitionMaintainReport
 	ran, err := m.db.WithLock(ctx, m.LockKey(), func(ctx context.Context) error {
 		var err error
 		rep, err = m.maintain(ctx, p)
 		return err
 	})
 	if !ran && err == nil {
-		rep = &inboxtype.PartitionReport{Skipped: true}
+		rep = &inboxtype.PartitionMaintainReport{Skipped: true}
 	}
 	if rep != nil {
 		rep.Finalized = finalized
@@ -267,12 +267,12 @@ func (m *Maintainer) detachPending(ctx context.Context, name string) bool {
 // finished. Its steps come in this order: make the partitions missing
 // ahead, settle the tables an earlier run left detached, then drop the
 // expired partitions.
-func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartitionsParams) (*inboxtype.PartitionReport, error) {
+func (m *Maintainer) maintain(ctx context.Context, p *inboxtype.PartitionMaintainParams) (*inboxtype.PartitionMaintainReport, error) {
 	st, err := m.State(ctx)
 	if err != nil {
 		return nil, err
 	}
-	rep := &inboxtype.PartitionReport{Now: st.Now, State: st}
+	rep := &inboxtype.PartitionMaintainReport{Now: st.Now, State: st}
 	// First make the partitions missing ahead, after the newest: never
 	// before the oldest, so that a day dropped stays dropped and its
 	// replays stay refused. They come first because a drop below may wait
@@ -307,7 +307,7 @@ func (m *Maintainer) maintain(ctx context.Context, p *inboxdriver.MaintainPartit
 // premake makes the day partitions from the end of the newest partition
 // of st (or, with none, from Backfill ago) to Premake ahead, adding them
 // to rep.Created.
-func (m *Maintainer) premake(ctx context.Context, st *inboxtype.PartitionState, dryRun bool, rep *inboxtype.PartitionReport) error {
+func (m *Maintainer) premake(ctx context.Context, st *inboxtype.PartitionState, dryRun bool, rep *inboxtype.PartitionMaintainReport) error {
 	var live []inboxtype.Partition
 	for _, part := range st.Partitions {
 		if !part.DetachPending {
@@ -340,7 +340,7 @@ func (m *Maintainer) premake(ctx context.Context, st *inboxtype.PartitionState, 
 // settleDetached drops, when p.Drop, the tables an earlier run left
 // detached whose days ended by cutoff, and attaches the others again. It
 // returns the attached partitions, in order, with those it attached again.
-func (m *Maintainer) settleDetached(ctx context.Context, st *inboxtype.PartitionState, p *inboxdriver.MaintainPartitionsParams, cutoff time.Time, rep *inboxtype.PartitionReport) ([]inboxtype.Partition, error) {
+func (m *Maintainer) settleDetached(ctx context.Context, st *inboxtype.PartitionState, p *inboxtype.PartitionMaintainParams, cutoff time.Time, rep *inboxtype.PartitionMaintainReport) ([]inboxtype.Partition, error) {
 	// The detaches an earlier run left pending were finished before the
 	// lock was taken (finishDetaches): a dry run finds them pending still,
 	// and says what it would do with them. One pending now was left by a
@@ -388,7 +388,7 @@ func (m *Maintainer) settleDetached(ctx context.Context, st *inboxtype.Partition
 // dropExpired drops the attached partitions whose days ended by cutoff,
 // oldest first, then the frozen plain table of an adopted inbox once none
 // of its ids could be claimed again.
-func (m *Maintainer) dropExpired(ctx context.Context, st *inboxtype.PartitionState, attached []inboxtype.Partition, cutoff time.Time, dryRun bool, rep *inboxtype.PartitionReport) error {
+func (m *Maintainer) dropExpired(ctx context.Context, st *inboxtype.PartitionState, attached []inboxtype.Partition, cutoff time.Time, dryRun bool, rep *inboxtype.PartitionMaintainReport) error {
 	kept := attached[:0:0]
 	for _, part := range attached {
 		if part.To.After(cutoff) {

@@ -82,7 +82,7 @@ func runAdmin(ctx context.Context, e *Env, args []string) error {
 		acfg.Authorize = func(*http.Request, inboxadmin.Action) error { return nil }
 	}
 	if oa, ok := s.admin.(inboxdriver.OutboxAdmin); ok {
-		acfg.Outbox = inboxadmin.OutboxOf(oa, time.Now)
+		acfg.Outbox = inboxadmin.OutboxOf(a, oa)
 	}
 	h, err := inboxadmin.NewHandler(inboxadmin.FromAdmin(a, s.admin.Tables().Layout == inboxdriver.LayoutPartitioned), acfg)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -73,7 +74,7 @@ func TestAdminServes(t *testing.T) {
 	id := inboxtest.NewID()
 	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: id, Payload: []byte("secret")},
 		Err: inbox.Permanent(errors.New("declined")), Attempts: 1}))
-	ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	ds, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 
@@ -138,7 +139,7 @@ func TestAdminHelp(t *testing.T) {
 	code, stdout, _ := run(t, nil, "admin", "--help")
 	require.Equal(t, 0, code)
 	require.Contains(t, stdout, "inbox.Client.ProcessReplays")
-	require.NotContains(t, stdout, "ReplayDeadLetters")
+	require.NotContains(t, stdout, "DeadLetterReplay")
 	require.Contains(t, stdout, "--allowed-host")
 	require.Contains(t, stdout, "DNS rebinding")
 }
@@ -156,7 +157,7 @@ func TestAdminHosts(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: inboxtest.NewID()},
 		Err: inbox.Permanent(errors.New("declined")), Attempts: 1}))
-	ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	ds, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1)
 
@@ -182,7 +183,7 @@ func TestAdminHosts(t *testing.T) {
 		code, body = send(http.MethodPost, fmt.Sprintf("/deadletters/%d/delete", ds[0].ID), host)
 		require.Equal(t, http.StatusMisdirectedRequest, code, body)
 	}
-	ds, err = c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+	ds, err = c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 	require.NoError(t, err)
 	require.Len(t, ds, 1, "the rebinding POST deleted nothing")
 	for _, host := range []string{"127.0.0.1:" + port, "localhost:" + port, "ops.example.com", "OPS.example.com:" + port} {

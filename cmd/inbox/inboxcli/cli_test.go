@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command/commandtest"
 	"github.com/txinbox/inbox/internal/testdb"
 )
@@ -270,7 +271,7 @@ func TestForgetSaysWhatItDeletes(t *testing.T) {
 	code, stdout, stderr = run(t, env, args...)
 	require.Equal(t, 0, code, stderr)
 	require.Equal(t, "deleted 1 inbox row of billing/"+id+" and 2 effect-ledger entries: its next delivery applies again\n", stdout)
-	effects, err := c.ListEffects(ctx, inbox.ListEffectsParams{Consumer: "billing", MessageID: id, Limit: 10})
+	effects, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{Consumer: "billing", MessageID: id, Limit: 10})
 	require.NoError(t, err)
 	require.Empty(t, effects)
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))

@@ -50,7 +50,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			}
 		}
 		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
-			ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: *consumer, Limit: *limit})
+			ds, err := c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: *consumer, Limit: *limit})
 			if err != nil {
 				return err
 			}
@@ -102,7 +102,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			return command.Usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
 		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
-			d, err := c.GetDeadLetter(ctx, id)
+			d, err := c.DeadLetterGet(ctx, id)
 			if err != nil {
 				return deadLetterErr(id, err)
 			}
@@ -115,7 +115,7 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 					fmt.Fprintf(e.Stdout, "would delete %s\n", what)
 					return nil
 				}
-				if err := c.DeleteDeadLetter(ctx, id); err != nil {
+				if err := c.DeadLetterDelete(ctx, id); err != nil {
 					return deadLetterErr(id, err)
 				}
 				fmt.Fprintf(e.Stdout, "deleted %s\n", what)
@@ -167,11 +167,11 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 			return command.Usagef("dead letter ID %q: want a positive number", fs.Arg(0))
 		}
 		return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
-			d, err := c.GetDeadLetter(ctx, id)
+			d, err := c.DeadLetterGet(ctx, id)
 			if err != nil {
 				return deadLetterErr(id, err)
 			}
-			marked, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{ID: id, DryRun: *dryRun})
+			marked, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{ID: id, DryRun: *dryRun})
 			if errors.Is(err, inbox.ErrNoMessageID) {
 				return &saidError{msg: fmt.Sprintf("dead letter %d (reason %s) cannot be replayed: its message has no id: fix the producer and publish it again", id, d.Reason), err: err}
 			}
@@ -203,7 +203,7 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 	return withAdmin(ctx, e, &sf, nil, func(c *inbox.Admin) error {
 		// Say how many it will mark before it marks them: with
 		// --dry-run, instead.
-		n, err := c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer, DryRun: true})
+		n, err := c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: *consumer, DryRun: true})
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func runReplay(ctx context.Context, e *Env, args []string) error {
 			return nil
 		}
 		fmt.Fprintf(e.Stdout, "marking %s of %s for replay\n", letters, *consumer)
-		n, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: *consumer})
+		n, err = c.DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: *consumer})
 		if err != nil {
 			return err
 		}

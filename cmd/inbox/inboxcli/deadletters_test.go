@@ -17,6 +17,7 @@ import (
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxtest"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -108,7 +109,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	deadLetter := func(consumer string, m inbox.Message) string {
 		t.Helper()
 		require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: consumer, Message: m, Err: errors.New("declined"), Attempts: 5}))
-		ds, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: consumer, Limit: 100})
+		ds, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 100})
 		require.NoError(t, err)
 		for _, dl := range ds {
 			if dl.MessageID == m.ID {
@@ -203,7 +204,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	var n int
 	require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM `+effects+` WHERE message_id = $1`, id1).Scan(&n))
 	require.Equal(t, 1, n, "the effect happened once")
-	_, err = c.GetDeadLetter(ctx, mustInt(t, dl1))
+	_, err = c.Admin().DeadLetterGet(ctx, mustInt(t, dl1))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
 	// Every dead letter of a consumer: those with an id. It says how many
@@ -225,7 +226,7 @@ func TestDeadLetterReplay(t *testing.T) {
 	require.Len(t, rs, 1)
 	require.Equal(t, id2, rs[0].DeadLetter.MessageID)
 	require.Equal(t, inbox.Applied, rs[0].Outcome)
-	_, err = c.GetDeadLetter(ctx, mustInt(t, dl2))
+	_, err = c.Admin().DeadLetterGet(ctx, mustInt(t, dl2))
 	require.ErrorIs(t, err, inbox.ErrNotFound)
 
 	// Tables migrated before replays existed: the command says to migrate.
@@ -259,7 +260,7 @@ func TestDeadLetterShowIsSafeOnATerminal(t *testing.T) {
 			Headers: map[string]string{"z-last": "1", "a-first": "\x1b[2Jcleared", "m-mid": "rtl\u202eevil"},
 			Source:  inbox.Source{Transport: "kafka", Queue: "orders\x1b[31m"}},
 		Err: inbox.Permanent(errors.New("boom\x1b]0;title\a")), Attempts: 1}))
-	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 1})
+	list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 
@@ -305,7 +306,7 @@ func TestStoredNamesAreEscapedEverywhere(t *testing.T) {
 		_, err := inboxcli.SharedPool(t).Exec(ctx, `UPDATE `+pgx.Identifier{schema, table}.Sanitize()+` SET consumer_name = $1`, evil)
 		require.NoError(t, err)
 	}
-	list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 1})
+	list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 

@@ -551,7 +551,7 @@ func (d *doctor) checkGrants(ctx context.Context) {
 }
 
 func (d *doctor) checkStuck(ctx context.Context) {
-	es, err := d.c.ListEffects(ctx, inbox.ListEffectsParams{State: inboxtype.EffectStarted, StartedBefore: time.Now().Add(-d.opts.stuckAfter), Limit: 1000})
+	es, err := d.c.EffectList(ctx, inboxtype.EffectListParams{State: inboxtype.EffectStarted, StartedBefore: time.Now().Add(-d.opts.stuckAfter), Limit: 1000})
 	switch {
 	case errors.Is(err, inbox.ErrEffectsUnsupported):
 		d.set("stuck_effects", checkSkip, "the store keeps no effects ledger", "")
@@ -571,7 +571,7 @@ func (d *doctor) checkStuck(ctx context.Context) {
 }
 
 func (d *doctor) checkDeadLetters(ctx context.Context) {
-	ds, err := d.c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 1000})
+	ds, err := d.c.DeadLetterList(ctx, inboxtype.DeadLetterListParams{Limit: 1000})
 	switch {
 	case err != nil:
 		d.set("dead_letters", checkFail, "cannot read the dead letters: "+errText(d.s.explain(ctx, err)), "")
@@ -587,12 +587,11 @@ func (d *doctor) checkDeadLetters(ctx context.Context) {
 }
 
 func (d *doctor) checkOutbox(ctx context.Context) {
-	a, ok := d.s.admin.(inboxdriver.OutboxAdmin)
-	if !ok {
+	if _, ok := d.s.admin.(inboxdriver.OutboxAdmin); !ok {
 		d.set("outbox_lag", checkSkip, "the store keeps no outbox", "")
 		return
 	}
-	st, err := inbox.ReadOutboxStats(ctx, a, time.Now())
+	st, err := d.c.OutboxStats(ctx)
 	switch {
 	case err != nil:
 		if d.s.notMigrated(err) {

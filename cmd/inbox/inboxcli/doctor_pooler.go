@@ -26,7 +26,7 @@ func (d *doctor) checkPooler(ctx context.Context) {
 		d.set("pooler", checkSkip, "this store cannot probe for a pooler", "")
 		return
 	}
-	got, err := p.ProbePooling(ctx)
+	got, err := p.PoolingProbe(ctx)
 	if err != nil {
 		d.set("pooler", checkFail, "cannot probe for a transaction pooler: "+errText(err), "")
 		return

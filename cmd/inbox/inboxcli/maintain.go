@@ -260,7 +260,7 @@ func stats(ctx context.Context, e *Env, c *inbox.Admin, stuckAfter time.Duration
 			OldestAgeSecs: now.Sub(cs.Oldest).Seconds(),
 		})
 	}
-	stuck, err := c.ListEffects(ctx, inbox.ListEffectsParams{
+	stuck, err := c.EffectList(ctx, inboxtype.EffectListParams{
 		State: inboxtype.EffectStarted, StartedBefore: now.Add(-stuckAfter), Limit: stuckEffectsLimit + 1,
 	})
 	if err != nil {
@@ -322,7 +322,7 @@ func printStuckEffects(w io.Writer, out *statsJSON, after time.Duration, now tim
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "A step declared non-idempotent parks its message (dead letter reason unknown_outcome):")
-	fmt.Fprintln(w, "check with the provider, settle it with inbox.Admin.ResolveEffect, then replay the dead letter.")
+	fmt.Fprintln(w, "check with the provider, settle it with inbox.Admin.EffectResolve, then replay the dead letter.")
 }
 
 func formatBytes(n int64) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inbox/inboxcli"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
@@ -26,13 +27,15 @@ func TestMigrateDownRefusesASlip(t *testing.T) {
 	d, schema := migratedPgx(t)
 	o, err := outbox.New(d, nil)
 	require.NoError(t, err)
+	admin, err := inbox.NewAdmin(d, nil)
+	require.NoError(t, err)
 	_, err = o.Enqueue(ctx, outbox.Message{Topic: "orders", Payload: []byte(`{"n":1}`)}, outbox.Message{Topic: "orders", Payload: []byte(`{"n":2}`)})
 	require.NoError(t, err)
 	env := map[string]string{"DATABASE_URL": testdb.URL(t)}
 	with := func(args ...string) []string { return append(args, "--schema", schema) }
 	pending := func() int64 {
 		t.Helper()
-		st, err := o.Stats(ctx)
+		st, err := admin.OutboxStats(ctx)
 		require.NoError(t, err)
 		return st.Pending
 	}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
+	"github.com/txinbox/inbox/inboxtype"
 	"github.com/txinbox/inbox/internal/command"
 	"github.com/txinbox/inbox/internal/duration"
-	"github.com/txinbox/inbox/outbox"
 )
 
 // outboxFlags are the store flags of the outbox commands.
@@ -38,6 +38,20 @@ func withOutbox(ctx context.Context, e *Env, sf *storeFlags, fn func(a inboxdriv
 		return fmt.Errorf("the store at %s keeps no outbox", s.where)
 	}
 	return s.explain(ctx, fn(a))
+}
+
+// outboxStats reads the statistics of a, the outbox of a store's driver,
+// with inbox.Admin.OutboxStats.
+func outboxStats(ctx context.Context, a inboxdriver.OutboxAdmin) (*inboxtype.OutboxStats, error) {
+	d, ok := a.(inboxdriver.Admin)
+	if !ok {
+		return nil, inbox.ErrNoOutbox
+	}
+	admin, err := inbox.NewAdmin(d, nil)
+	if err != nil {
+		return nil, err
+	}
+	return admin.OutboxStats(ctx)
 }
 
 func runOutbox(ctx context.Context, e *Env, args []string) error {
@@ -72,7 +86,7 @@ func runOutboxStats(ctx context.Context, e *Env, args []string) error {
 		return err
 	}
 	return withOutbox(ctx, e, &sf, func(a inboxdriver.OutboxAdmin) error {
-		st, err := outbox.ReadStats(ctx, a, time.Now())
+		st, err := outboxStats(ctx, a)
 		if err != nil {
 			return err
 		}

@@ -120,9 +120,9 @@ func runPartitionsMaintain(ctx context.Context, e *Env, sub string, args []strin
 	if err := sf.partitions.Validate(); err != nil {
 		return command.Usagef("%v", err)
 	}
-	p := inbox.MaintainPartitionsParams{Premake: sub == "premake", Drop: sub == "drop", DryRun: *dryRun}
+	p := inboxtype.PartitionMaintainParams{Premake: sub == "premake", Drop: sub == "drop", DryRun: *dryRun}
 	// The client's own retention only has to pass its checks: a drop
-	// is refused by MaintainPartitions, which names the numbers.
+	// is refused by PartitionMaintain, which names the numbers.
 	cfg := &inbox.Config{ReplayHorizon: horizon.Value, Retention: max(inbox.DefaultRetention, horizon.Value+skew.Value)}
 	if sub == "drop" {
 		p.Retention = retention.Value
@@ -132,7 +132,7 @@ func runPartitionsMaintain(ctx context.Context, e *Env, sub string, args []strin
 		}
 	}
 	return withAdmin(ctx, e, sf, cfg, func(c *inbox.Admin) error {
-		rep, err := c.MaintainPartitions(ctx, p)
+		rep, err := c.PartitionMaintain(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -149,12 +149,12 @@ func runPartitionsAdopt(ctx context.Context, e *Env, args []string) error {
 	premake := command.Duration{Value: inboxdriver.DefaultPartitionPremake}
 	skew := command.Duration{Value: inboxdriver.DefaultPartitionMaxSkew}
 	backfill := command.Duration{Value: inboxdriver.DefaultPartitionBackfill}
-	lockTimeout := command.Duration{Value: inboxdriver.DefaultAdoptLockTimeout}
+	lockTimeout := command.Duration{Value: inboxtype.DefaultAdoptLockTimeout}
 	fs.Var(&premake, "ahead", "make partitions this far ahead of the database's clock (default 7d)")
 	fs.Var(&skew, "max-skew", "how far producers' clocks may be from the database's (default 1d)")
 	fs.Var(&backfill, "backfill", "make partitions this far back, for the ids the plain table holds: an older one is refused as expired, not skipped as a duplicate (default 31d: the retention, 30d, plus --max-skew)")
 	fs.Var(&lockTimeout, "lock-timeout", "the longest each attempt at the switch waits for the claims open on the plain table, and so the longest a claim stalls (default 1s)")
-	attempts := fs.Int("attempts", inboxdriver.DefaultAdoptAttempts, "attempts at the switch, a second apart")
+	attempts := fs.Int("attempts", inboxtype.DefaultAdoptAttempts, "attempts at the switch, a second apart")
 	dryRun := fs.Bool("dry-run", false, "say what would be done, and change nothing")
 	if err := fs.Parse(args, 0); err != nil {
 		return err
@@ -176,12 +176,12 @@ func runPartitionsAdopt(ctx context.Context, e *Env, args []string) error {
 		return command.Usagef("%v", err)
 	}
 	cfg := &inbox.Config{ReplayHorizon: inbox.DefaultReplayHorizon, Retention: max(inbox.DefaultRetention, inbox.DefaultReplayHorizon+skew.Value)}
-	p := inbox.AdoptParams{LockTimeout: lockTimeout.Value, Attempts: *attempts, DryRun: *dryRun}
+	p := inboxtype.PartitionAdoptParams{LockTimeout: lockTimeout.Value, Attempts: *attempts, DryRun: *dryRun}
 	if backfill.Given {
 		p.Backfill = backfill.Value
 	}
 	return withAdmin(ctx, e, sf, cfg, func(c *inbox.Admin) error {
-		rep, err := c.AdoptPlainInbox(ctx, p)
+		rep, err := c.PartitionAdopt(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -261,7 +261,7 @@ func frozenLine(f *frozenJSON) string {
 	return fmt.Sprintf("frozen plain table %s: %s rows, %s; %s", f.Name, rows, formatBytes(f.Bytes), consulted)
 }
 
-func printAdopt(w io.Writer, rep *inboxtype.AdoptReport, dryRun bool) {
+func printAdopt(w io.Writer, rep *inboxtype.PartitionAdoptReport, dryRun bool) {
 	switch {
 	case rep.Skipped:
 		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
@@ -337,7 +337,7 @@ func coverage(out partitionsJSON) string {
 		out.Now.Format(time.RFC3339))
 }
 
-func printReport(w io.Writer, rep *inboxtype.PartitionReport, dryRun bool) {
+func printReport(w io.Writer, rep *inboxtype.PartitionMaintainReport, dryRun bool) {
 	if rep.Skipped {
 		fmt.Fprintln(w, "skipped: another maintainer holds the lock (a cleaner, or another 'inbox partitions')")
 		return

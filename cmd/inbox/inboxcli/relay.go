@@ -13,7 +13,6 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxkafka"
 	"github.com/txinbox/inbox/inboxnats"
@@ -125,7 +124,7 @@ func runRelay(ctx context.Context, e *Env, args []string) error {
 		// --once promises that nothing is left to publish: events the
 		// broker rejected wait for their backoff. Parked events wait for an
 		// operator, not a relay: they are counted, and do not fail it.
-		st, err := inbox.ReadOutboxStats(ctx, a, time.Now())
+		st, err := outboxStats(ctx, a)
 		if err != nil {
 			return err
 		}

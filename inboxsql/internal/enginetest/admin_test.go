@@ -95,7 +95,7 @@ func TestClassifyUnavailable(t *testing.T) {
 		require.Equal(t, inboxdriver.ClassUnavailable, d.Classify(err), "%s: %v", c.dialect, err)
 		cl, err := inbox.NewClient(d, nil)
 		require.NoError(t, err)
-		_, err = cl.Stats(ctx)
+		_, err = cl.Admin().Stats(ctx)
 		require.ErrorIs(t, err, inbox.ErrUnavailable, "%s", c.dialect)
 		db.Close()
 	}
@@ -121,10 +121,10 @@ func TestDeadLetterOddValues(t *testing.T) {
 			err = c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m,
 				Err: inbox.Permanent(errString("bad \xff byte and a \x00 NUL")), Attempts: 1})
 			require.NoError(t, err)
-			list, err := c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Consumer: "billing", Limit: 10})
+			list, err := c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Consumer: "billing", Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, list, 1)
-			got, err := c.GetDeadLetter(ctx, list[0].ID)
+			got, err := c.Admin().DeadLetterGet(ctx, list[0].ID)
 			require.NoError(t, err)
 			require.Equal(t, queue, got.Queue)
 			require.Equal(t, key, got.Key)
@@ -140,7 +140,7 @@ func TestDeadLetterOddValues(t *testing.T) {
 			// The same message again updates the row, with the same key.
 			err = c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: m, Err: errString("again"), Attempts: 2})
 			require.NoError(t, err)
-			list, err = c.ListDeadLetters(ctx, inbox.ListDeadLettersParams{Limit: 10})
+			list, err = c.Admin().DeadLetterList(ctx, inboxtype.DeadLetterListParams{Limit: 10})
 			require.NoError(t, err)
 			require.Len(t, list, 1)
 			require.Equal(t, 2, list[0].Attempts)
@@ -236,7 +236,7 @@ func TestMySQLTimesIgnoreTimeZones(t *testing.T) {
 		require.Equal(t, int64(1), n, params)
 
 		require.NoError(t, dd.DeadLetter(ctx, &inboxtype.DeadLetter{Consumer: consumer, DedupKey: "k", Reason: "r", LastSeen: when}))
-		list, err := dd.DeadLetters(ctx, &inboxdriver.DeadLetterListParams{Consumer: consumer, Limit: 1})
+		list, err := dd.DeadLetterList(ctx, &inboxtype.DeadLetterListParams{Consumer: consumer, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, list, 1)
 		require.True(t, list[0].FirstSeen.Equal(when), "%s: first seen %v", params, list[0].FirstSeen)

@@ -68,10 +68,10 @@ func TestSQLiteLedgerInInboxFileFailsFastInHandler(t *testing.T) {
 				require.NoError(t, ctx.Err())
 
 				require.Zero(t, p.calls.Load(), "the provider was called")
-				es, err := c.ListEffects(ctx, inbox.ListEffectsParams{})
+				es, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{})
 				require.NoError(t, err)
 				require.Empty(t, es)
-				st, err := c.Stats(ctx)
+				st, err := c.Admin().Stats(ctx)
 				require.NoError(t, err)
 				require.Empty(t, st.Consumers, "a message was applied")
 
@@ -158,7 +158,7 @@ func TestSQLiteEffectsDBInHandler(t *testing.T) {
 	inboxtest.RequireApplied(t)(c.Process(ctx, "billing", message(id), h))
 	inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", message(id), h))
 	require.Equal(t, int32(1), p.calls.Load())
-	es, err := c.ListEffects(ctx, inbox.ListEffectsParams{MessageID: id})
+	es, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{MessageID: id})
 	require.NoError(t, err)
 	require.Len(t, es, 1)
 	require.Equal(t, inboxtype.EffectDone, es[0].State)
@@ -196,7 +196,7 @@ func TestEffectsPurgeAndForget(t *testing.T) {
 				inboxtest.RequireApplied(t)(c.Process(ctx, "billing", message(id), noop))
 			}
 			entries := func(id string) int {
-				es, err := c.ListEffects(ctx, inbox.ListEffectsParams{MessageID: id})
+				es, err := c.Admin().EffectList(ctx, inboxtype.EffectListParams{MessageID: id})
 				require.NoError(t, err)
 				return len(es)
 			}
@@ -212,7 +212,7 @@ func TestEffectsPurgeAndForget(t *testing.T) {
 			fresh := inboxtest.NewID()
 			apply(fresh)
 
-			n, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, BatchSize: 2})
+			n, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 24 * time.Hour, BatchSize: 2})
 			require.NoError(t, err)
 			require.Equal(t, int64(3), n)
 			for _, id := range oldIDs {
@@ -222,11 +222,11 @@ func TestEffectsPurgeAndForget(t *testing.T) {
 			require.Equal(t, 1, entries(orphan))
 			inboxtest.RequireApplied(t)(c.Process(ctx, "billing", message(oldIDs[0]), noop))
 
-			require.NoError(t, c.Forget(ctx, "billing", fresh))
+			require.NoError(t, c.Admin().Forget(ctx, "billing", fresh))
 			require.Zero(t, entries(fresh))
-			require.NoError(t, c.Forget(ctx, "billing", orphan), "a message with only ledger entries")
+			require.NoError(t, c.Admin().Forget(ctx, "billing", orphan), "a message with only ledger entries")
 			require.Zero(t, entries(orphan))
-			require.ErrorIs(t, c.Forget(ctx, "billing", orphan), inbox.ErrNotFound)
+			require.ErrorIs(t, c.Admin().Forget(ctx, "billing", orphan), inbox.ErrNotFound)
 			inboxtest.RequireApplied(t)(c.Process(ctx, "billing", message(fresh), noop))
 		})
 	}
@@ -278,7 +278,7 @@ func TestEffectsPurgeLargeBatch(t *testing.T) {
 			n, err := d.PurgeBatch(ctx, &inboxdriver.PurgeParams{OlderThan: 47 * time.Hour, Consumer: "billing", Limit: 1000})
 			require.NoError(t, err)
 			require.Equal(t, int64(len(ids)), n)
-			es, err := d.EffectList(ctx, &inboxdriver.EffectListParams{Limit: 1000})
+			es, err := d.EffectList(ctx, &inboxtype.EffectListParams{Limit: 1000})
 			require.NoError(t, err)
 			require.Empty(t, es)
 			st, err := d.Stats(ctx)

@@ -45,7 +45,7 @@ func TestReplayColumnMigrationRunsAgain(t *testing.T) {
 
 			c, err := inbox.NewClient[*sql.Tx](d, nil)
 			require.NoError(t, err)
-			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+			_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 			require.NoError(t, err, "the column is there")
 
 			// Undone, not recorded: Down records it without failing.
@@ -63,7 +63,7 @@ func TestReplayColumnMigrationRunsAgain(t *testing.T) {
 			// And up again, for real.
 			_, err = m.Up(ctx)
 			require.NoError(t, err)
-			_, err = c.ReplayDeadLetters(ctx, inbox.ReplayDeadLettersParams{Consumer: "billing"})
+			_, err = c.Admin().DeadLetterReplay(ctx, inbox.DeadLetterReplayParams{Consumer: "billing"})
 			require.NoError(t, err)
 		})
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxsql/inboxpostgres"
+	"github.com/txinbox/inbox/inboxtype"
 
 	"github.com/stretchr/testify/require"
 	"github.com/txinbox/inbox/inboxdriver"
@@ -146,7 +147,7 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 		}
 	}
 	await(30)
-	rep, err := partC.AdoptPlainInbox(ctx, inbox.AdoptParams{LockTimeout: 50 * time.Millisecond, Attempts: 100})
+	rep, err := partC.Admin().PartitionAdopt(ctx, inboxtype.PartitionAdoptParams{LockTimeout: 50 * time.Millisecond, Attempts: 100})
 	require.NoError(t, err)
 	require.True(t, rep.Switched)
 	await(replays.Load() + 60)
@@ -158,7 +159,7 @@ func TestAdoptPlainInboxUnderReplays(t *testing.T) {
 	require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*), count(DISTINCT message_id) FROM `+effects).Scan(&n, &distinct))
 	require.Equal(t, len(old), n, "applied once each")
 	require.Equal(t, len(old), distinct)
-	st, err := partC.Partitions(ctx)
+	st, err := partC.Admin().Partitions(ctx)
 	require.NoError(t, err)
 	require.NotNil(t, st.Frozen)
 	fresh := inbox.Message{ID: inboxtest.NewID()}
@@ -199,7 +200,7 @@ func TestPlainPurgeOfPartitionedInbox(t *testing.T) {
 	require.NoError(t, err)
 	sc, err := inbox.NewClient(stale, &inbox.Config{PurgeRest: -1})
 	require.NoError(t, err)
-	n, err := sc.Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	n, err := sc.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.Zero(t, n)
 	for _, id := range append([]string{old}, recent...) {
@@ -207,7 +208,7 @@ func TestPlainPurgeOfPartitionedInbox(t *testing.T) {
 	}
 
 	// The partitioned layout's own purge deletes the old row only.
-	n, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
+	n, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: 30 * 24 * time.Hour})
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n)
 	for _, id := range recent {

@@ -90,7 +90,7 @@ func TestLongTableNames(t *testing.T) {
 			inboxtest.RequireApplied(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
 			inboxtest.RequireDuplicate(t)(c.Process(ctx, "billing", inbox.Message{ID: id}, noop))
 			require.NoError(t, c.DeadLetter(ctx, inbox.DeadLetterParams{Consumer: "billing", Message: inbox.Message{ID: inboxtest.NewID()}, Reason: inbox.ReasonPermanent}))
-			_, err = c.Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
+			_, err = c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: inbox.DefaultReplayHorizon})
 			require.NoError(t, err)
 		})
 	}

@@ -99,7 +99,7 @@ func (b *bench) setUpRetention(ctx context.Context) (_ *retentionSetup, err erro
 	if err != nil {
 		return nil, err
 	}
-	st, err := partClean.Partitions(ctx)
+	st, err := partClean.Admin().Partitions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +176,7 @@ func (b *bench) compareRetention(ctx context.Context, s *retentionSetup, res *Pa
 		if err != nil {
 			return err
 		}
-		got, err := c.Purge(ctx, inbox.PurgeParams{OlderThan: purgeWindow})
+		got, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: purgeWindow})
 		if err == nil && got != int64(b.cfg.PurgeRows) {
 			err = fmt.Errorf("bench: purge deleted %d rows, want %d", got, b.cfg.PurgeRows)
 		}
@@ -186,7 +186,7 @@ func (b *bench) compareRetention(ctx context.Context, s *retentionSetup, res *Pa
 		return func(ctx context.Context, _ float64) error {
 			// Retention up to the day's end: that day, and only it, goes.
 			retention := st.Now.Sub(day.To).Truncate(time.Hour) - time.Hour
-			rep, err := s.partClean.MaintainPartitions(ctx, inbox.MaintainPartitionsParams{Drop: true, Retention: retention})
+			rep, err := s.partClean.Admin().PartitionMaintain(ctx, inboxtype.PartitionMaintainParams{Drop: true, Retention: retention})
 			if err != nil {
 				return err
 			}

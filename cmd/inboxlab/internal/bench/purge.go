@@ -72,7 +72,7 @@ func (b *bench) runPurge(ctx context.Context) (*PurgeResult, error) {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 		defer cancel()
 		start := time.Now()
-		purged, perr = cleaner.Purge(pctx, inbox.PurgeParams{OlderThan: purgeWindow})
+		purged, perr = cleaner.Admin().Purge(pctx, inbox.PurgeParams{OlderThan: purgeWindow})
 		elapsed = time.Since(start)
 	}()
 	during, err := b.drive(ctx, claims, n, idV7, stop)

@@ -5,24 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 )
-
-// Stats describe an outbox table: its pending, parked and kept events,
-// and its lag.
-type Stats = inbox.OutboxStats
-
-// ReadStats counts the rows of the outbox in store, as of now. It reads
-// the whole table: use it for operations, not on a hot path.
-func ReadStats(ctx context.Context, store inboxdriver.OutboxAdmin, now time.Time) (*Stats, error) {
-	return inbox.ReadOutboxStats(ctx, store, now)
-}
-
-// Stats counts the outbox's rows; see ReadStats.
-func (o *Outbox[TTx]) Stats(ctx context.Context) (*Stats, error) {
-	return ReadStats(ctx, o.store, o.config.Now())
-}
 
 // PurgePublished deletes the events published before before, which
 // RelayConfig.KeepPublished kept, in batches of at most batch rows, and
