@@ -20,7 +20,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox"
 	"sync"
 
 	"go.opentelemetry.io/otel"
@@ -30,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/outbox"
 )
 

@@ -3,8 +3,8 @@ package inboxprom
 import (
 	"context"
 	"errors"
-	"github.com/txinbox/inbox"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/outbox"
 )
 

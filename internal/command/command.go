@@ -101,10 +101,7 @@ func (p *Program) Main(ctx context.Context, args []string, e *Env) int {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	default:
-		// The lab's packages prefix their errors with their own name
-		// ("chaos: …"), which is the command's: the line says it once.
-		msg := strings.TrimPrefix(Message(err), name+": ")
-		fmt.Fprintf(e.Stderr, "%s %s: %s\n", p.Name, name, msg)
+		fmt.Fprintf(e.Stderr, "%s %s: %s\n", p.Name, name, Message(err))
 		var ue *UsageError
 		if errors.As(err, &ue) {
 			return 2

@@ -328,7 +328,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 func (b *bench) connect(ctx context.Context) error {
 	pcfg, err := pgxpool.ParseConfig(b.cfg.DatabaseURL)
 	if err != nil {
-		return fmt.Errorf("bench: database URL: %w", err)
+		return fmt.Errorf("database URL: %w", err)
 	}
 	where := fmt.Sprintf("%s:%d/%s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database)
 	// Every row gets the same pool: one connection per worker, all opened
@@ -341,7 +341,7 @@ func (b *bench) connect(ctx context.Context) error {
 	pcfg.ConnConfig.RuntimeParams["lock_timeout"] = strconv.FormatInt(inbox.DefaultLockTimeout.Milliseconds(), 10)
 	b.pool, err = pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return fmt.Errorf("bench: cannot reach the database at %s: %w", where, err)
+		return fmt.Errorf("cannot reach the database at %s: %w", where, err)
 	}
 	b.closers = append(b.closers, b.pool.Close)
 	acfg := pcfg.Copy()
@@ -351,13 +351,13 @@ func (b *bench) connect(ctx context.Context) error {
 	delete(acfg.ConnConfig.RuntimeParams, "lock_timeout")
 	b.admin, err = pgxpool.NewWithConfig(ctx, acfg)
 	if err != nil {
-		return fmt.Errorf("bench: cannot reach the database at %s: %w", where, err)
+		return fmt.Errorf("cannot reach the database at %s: %w", where, err)
 	}
 	b.closers = append(b.closers, b.admin.Close)
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := b.admin.Ping(pctx); err != nil {
-		return fmt.Errorf("bench: cannot reach the database at %s: %w", where, err)
+		return fmt.Errorf("cannot reach the database at %s: %w", where, err)
 	}
 	b.cpu = newCPUMeter(ctx, b.pool, b.maxW, pcfg.ConnConfig.Host)
 	b.schema = "inbox_bench_" + randomSuffix()
@@ -375,7 +375,7 @@ func (b *bench) connect(ctx context.Context) error {
 // that drops it, with everything in it, and says so.
 func (b *bench) createSchema(ctx context.Context, schema string) (drop func(), err error) {
 	if _, err := b.admin.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("bench: create schema: %w", err)
+		return nil, fmt.Errorf("create schema: %w", err)
 	}
 	return func() {
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
@@ -448,7 +448,7 @@ func (b *bench) open(ctx context.Context, res *resource) error {
 		if isUnavailable(err) {
 			return err
 		}
-		return fmt.Errorf("bench: %s: %w", res.name, err)
+		return fmt.Errorf("%s: %w", res.name, err)
 	}
 	if closeFn != nil {
 		b.closers = append(b.closers, closeFn)
@@ -478,7 +478,7 @@ func (b *bench) lsn(ctx context.Context) (int64, error) {
 	var n int64
 	err := b.admin.QueryRow(ctx, `SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint`).Scan(&n)
 	if err != nil {
-		return 0, fmt.Errorf("bench: read the WAL position: %w", err)
+		return 0, fmt.Errorf("read the WAL position: %w", err)
 	}
 	return n, nil
 }

@@ -45,7 +45,7 @@ func (b *bench) drainForwarder(ctx context.Context, producer *kgo.Client, n int)
 
 	sqlPub, err := wsql.NewPublisher(db, wsql.PublisherConfig{SchemaAdapter: schema, AutoInitializeSchema: true}, logger)
 	if err != nil {
-		return 0, fmt.Errorf("bench: watermill-sql publisher: %w", err)
+		return 0, fmt.Errorf("watermill-sql publisher: %w", err)
 	}
 	pub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: forwarderTopic})
 	for i := 0; i < n; i += 1000 {
@@ -55,7 +55,7 @@ func (b *bench) drainForwarder(ctx context.Context, producer *kgo.Client, n int)
 			msgs[j].Metadata.Set("partition_key", "acct-"+strconv.Itoa((i+j)%b.cfg.Accounts))
 		}
 		if err := pub.Publish("orders", msgs...); err != nil {
-			return 0, fmt.Errorf("bench: watermill-sql publish: %w", err)
+			return 0, fmt.Errorf("watermill-sql publish: %w", err)
 		}
 	}
 
@@ -64,12 +64,12 @@ func (b *bench) drainForwarder(ctx context.Context, producer *kgo.Client, n int)
 		PollInterval: 10 * time.Millisecond,
 	}, logger)
 	if err != nil {
-		return 0, fmt.Errorf("bench: watermill-sql subscriber: %w", err)
+		return 0, fmt.Errorf("watermill-sql subscriber: %w", err)
 	}
 	kafka := &kgoPublisher{cl: producer, want: int64(n), done: make(chan struct{})}
 	fw, err := forwarder.NewForwarder(sub, kafka, logger, forwarder.Config{ForwarderTopic: forwarderTopic, CloseTimeout: 5 * time.Second})
 	if err != nil {
-		return 0, fmt.Errorf("bench: watermill forwarder: %w", err)
+		return 0, fmt.Errorf("watermill forwarder: %w", err)
 	}
 	start := time.Now()
 	rctx, cancel := context.WithCancel(ctx)
@@ -85,9 +85,9 @@ func (b *bench) drainForwarder(ctx context.Context, producer *kgo.Client, n int)
 	case <-kafka.done:
 	case err := <-ran:
 		ran <- err
-		return 0, fmt.Errorf("bench: the forwarder stopped after %d of %d events: %v", kafka.n.Load(), n, err)
+		return 0, fmt.Errorf("the forwarder stopped after %d of %d events: %v", kafka.n.Load(), n, err)
 	case <-time.After(10 * time.Minute):
-		return 0, fmt.Errorf("bench: the forwarder published %d of %d events in 10 minutes", kafka.n.Load(), n)
+		return 0, fmt.Errorf("the forwarder published %d of %d events in 10 minutes", kafka.n.Load(), n)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}

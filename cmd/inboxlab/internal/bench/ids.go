@@ -82,7 +82,7 @@ func (b *bench) runIDs(ctx context.Context, rng *rand.Rand) (*IDsResult, error) 
 			b.logf("ids: round %d of %d, %s", round+1, b.cfg.IDRounds, s.kind)
 			if checkpoint {
 				if _, err := b.admin.Exec(ctx, `CHECKPOINT`); err != nil {
-					return nil, fmt.Errorf("bench: checkpoint: %w", err)
+					return nil, fmt.Errorf("checkpoint: %w", err)
 				}
 			}
 			r, u, err := b.measured(ctx, s.row, n, s.kind, b.cfg.IDDuration)
@@ -128,10 +128,10 @@ func fillRandom(ctx context.Context, b *bench, table string, rows int, age time.
 SELECT $1, gen_random_uuid(), now() - $2::interval + i * interval '1 millisecond'
   FROM generate_series(1, $3::integer) AS i`, consumer, fmt.Sprintf("%d seconds", int64(age.Seconds())), rows)
 	if err != nil {
-		return fmt.Errorf("bench: fill %s: %w", table, err)
+		return fmt.Errorf("fill %s: %w", table, err)
 	}
 	if _, err := b.admin.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
-		return fmt.Errorf("bench: vacuum %s: %w", table, err)
+		return fmt.Errorf("vacuum %s: %w", table, err)
 	}
 	return nil
 }

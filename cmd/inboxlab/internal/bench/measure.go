@@ -82,7 +82,7 @@ func (b *bench) drive(ctx context.Context, r *row, n int, ids idKind, stop <-cha
 					if err := r.op(ctx, b, w); err != nil {
 						mu.Lock()
 						if firstEr == nil {
-							firstEr = fmt.Errorf("bench: row %s at %d workers: %w", r.name, n, err)
+							firstEr = fmt.Errorf("row %s at %d workers: %w", r.name, n, err)
 						}
 						mu.Unlock()
 						cancel()
@@ -105,7 +105,7 @@ func (b *bench) drive(ctx context.Context, r *row, n int, ids idKind, stop <-cha
 					if err != nil {
 						mu.Lock()
 						if firstEr == nil {
-							firstEr = fmt.Errorf("bench: row %s at %d workers: %w", r.name, n, err)
+							firstEr = fmt.Errorf("row %s at %d workers: %w", r.name, n, err)
 						}
 						mu.Unlock()
 						cancel()
@@ -384,7 +384,7 @@ func (b *bench) openPhase(ctx context.Context, rs []*resource) (func(), error) {
 		if err != nil {
 			if !isUnavailable(err) {
 				closeAll()
-				return nil, fmt.Errorf("bench: %s: %w", res.name, err)
+				return nil, fmt.Errorf("%s: %w", res.name, err)
 			}
 			failed[res] = err
 			continue
@@ -434,7 +434,7 @@ func (b *bench) bytesPerRow(ctx context.Context, table string) (float64, error) 
 	var size, n int64
 	err := b.admin.QueryRow(ctx, `SELECT pg_total_relation_size($1::regclass), (SELECT count(*) FROM `+table+`)`, table).Scan(&size, &n)
 	if err != nil {
-		return 0, fmt.Errorf("bench: size of %s: %w", table, err)
+		return 0, fmt.Errorf("size of %s: %w", table, err)
 	}
 	if n == 0 {
 		return 0, nil

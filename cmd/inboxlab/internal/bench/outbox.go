@@ -159,7 +159,7 @@ func (b *bench) runOutbox(ctx context.Context) (*OutboxResult, error) {
 	res := &OutboxResult{Events: b.cfg.OutboxEvents, Batch: outbox.DefaultBatchSize, Workers: outbox.DefaultWorkers}
 	// Start from an empty outbox: the enqueue rows leave theirs.
 	if _, err := b.admin.Exec(ctx, `TRUNCATE `+b.table("outbox")); err != nil {
-		return nil, fmt.Errorf("bench: empty the outbox: %w", err)
+		return nil, fmt.Errorf("empty the outbox: %w", err)
 	}
 	b.logf("outbox: drain %d events to a null sink", res.Events)
 	rate, err := b.drain(ctx, &outbox.MemorySink{Discard: true})
@@ -182,7 +182,7 @@ func (b *bench) runOutbox(ctx context.Context) (*OutboxResult, error) {
 	b.logf("outbox: watermill-sql's Forwarder drains %d events to kfake", res.ForwarderEvents)
 	producer, err := k.Client()
 	if err != nil {
-		return nil, fmt.Errorf("bench: kafka client: %w", err)
+		return nil, fmt.Errorf("kafka client: %w", err)
 	}
 	defer producer.Close()
 	if res.ForwarderMsgsPerS, err = b.drainForwarder(ctx, producer, res.ForwarderEvents); err != nil {
@@ -210,17 +210,17 @@ func (b *bench) runOutbox(ctx context.Context) (*OutboxResult, error) {
 func openKfakeSink(ctx context.Context) (*broker.Kafka, outbox.Sink, error) {
 	k, err := broker.OpenKafka("", broker.KafkaTimings{}, nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, err
 	}
 	orders, err := k.NewTopic(ctx, "orders", &broker.TopicConfig{Partitions: 4})
 	if err != nil {
 		k.Close()
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, err
 	}
 	sink, err := orders.OutboxSink()
 	if err != nil {
 		k.Close()
-		return nil, nil, fmt.Errorf("bench: %w", err)
+		return nil, nil, err
 	}
 	return k, sink, nil
 }
@@ -257,7 +257,7 @@ func timeDrain(ctx context.Context, o *outbox.Outbox[pgx.Tx], counted *countSink
 	select {
 	case <-counted.done:
 	case <-time.After(10 * time.Minute):
-		return 0, fmt.Errorf("bench: the relay published %d of %d events in 10 minutes", counted.n.Load(), n)
+		return 0, fmt.Errorf("the relay published %d of %d events in 10 minutes", counted.n.Load(), n)
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
@@ -294,10 +294,10 @@ func (b *bench) outboxLatency(ctx context.Context, sink outbox.Sink) ([]time.Dur
 		select {
 		case id := <-seen.seen:
 			if id != ids[0] {
-				return nil, fmt.Errorf("bench: published %s, want %s", id, ids[0])
+				return nil, fmt.Errorf("published %s, want %s", id, ids[0])
 			}
 		case <-time.After(30 * time.Second):
-			return nil, fmt.Errorf("bench: event %s not published within 30s", ids[0])
+			return nil, fmt.Errorf("event %s not published within 30s", ids[0])
 		}
 		lat = append(lat, time.Since(committed))
 	}

@@ -78,7 +78,7 @@ func (b *bench) setUpRetention(ctx context.Context) (_ *retentionSetup, err erro
 	pcfg.MaxConns, pcfg.MinConns = 4, 0
 	side, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {
-		return nil, fmt.Errorf("bench: partitions: %w", err)
+		return nil, fmt.Errorf("partitions: %w", err)
 	}
 	defer func() {
 		if err != nil {
@@ -168,7 +168,7 @@ func (b *bench) compareRetention(ctx context.Context, s *retentionSetup, res *Pa
 	st := s.state
 	days := st.Partitions
 	if len(days) < 2+dropTrials {
-		return fmt.Errorf("bench: partitions: want at least %d partitions, got %d", 2+dropTrials, len(days))
+		return fmt.Errorf("partitions: want at least %d partitions, got %d", 2+dropTrials, len(days))
 	}
 	deleteOnce := func(ctx context.Context, rest float64) error {
 		cfg := &inbox.Config{PurgeBatchSize: b.cfg.PurgeBatchSize, PurgeRest: rest}
@@ -178,7 +178,7 @@ func (b *bench) compareRetention(ctx context.Context, s *retentionSetup, res *Pa
 		}
 		got, err := c.Admin().Purge(ctx, inbox.PurgeParams{OlderThan: purgeWindow})
 		if err == nil && got != int64(b.cfg.PurgeRows) {
-			err = fmt.Errorf("bench: purge deleted %d rows, want %d", got, b.cfg.PurgeRows)
+			err = fmt.Errorf("purge deleted %d rows, want %d", got, b.cfg.PurgeRows)
 		}
 		return err
 	}
@@ -191,7 +191,7 @@ func (b *bench) compareRetention(ctx context.Context, s *retentionSetup, res *Pa
 				return err
 			}
 			if len(rep.Dropped) != 1 || rep.Dropped[0].Name != day.Name {
-				return fmt.Errorf("bench: the drop of %s dropped %+v", day.Name, rep.Dropped)
+				return fmt.Errorf("the drop of %s dropped %+v", day.Name, rep.Dropped)
 			}
 			return nil
 		}
@@ -269,7 +269,7 @@ func (b *bench) retentionInbox(ctx context.Context, side *pgxpool.Pool, tables i
 		return nil, nil, err
 	}
 	if _, err := inboxmigrate.Up(ctx, ad); err != nil {
-		return nil, nil, fmt.Errorf("bench: migrate %s: %w", tables.Inbox, err)
+		return nil, nil, fmt.Errorf("migrate %s: %w", tables.Inbox, err)
 	}
 	d, err := inboxpgx.New(b.pool, &inboxpgx.Config{Tables: tables, Partitions: pc})
 	if err != nil {
@@ -301,7 +301,7 @@ func (b *bench) alone(ctx context.Context, fill func(context.Context) error, op 
 	}
 	start := time.Now()
 	if err := op(ctx, -1); err != nil {
-		return 0, 0, fmt.Errorf("bench: partitions: %w", err)
+		return 0, 0, fmt.Errorf("partitions: %w", err)
 	}
 	elapsed := time.Since(start)
 	l1, err := b.lsn(ctx)
@@ -367,7 +367,7 @@ func (b *bench) underLoad(ctx context.Context, side *pgxpool.Pool, table string,
 		return err
 	}
 	if operr != nil {
-		return fmt.Errorf("bench: partitions: %w", operr)
+		return fmt.Errorf("partitions: %w", operr)
 	}
 	after, err := baseline()
 	if err != nil {
@@ -390,7 +390,7 @@ func (b *bench) holdOpen(ctx context.Context, side *pgxpool.Pool, table string, 
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO `+table+` (consumer_name, message_id) VALUES ('long-transaction', $1)`, uuid.V7(time.Now())); err != nil {
 		rollback(ctx, tx)
-		return nil, fmt.Errorf("bench: partitions: open the long transaction: %w", err)
+		return nil, fmt.Errorf("partitions: open the long transaction: %w", err)
 	}
 	done := make(chan error, 1)
 	timer := time.AfterFunc(d, func() { done <- tx.Rollback(context.WithoutCancel(ctx)) })

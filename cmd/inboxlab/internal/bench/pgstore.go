@@ -66,7 +66,7 @@ func (s *pgStore) setup(ctx context.Context, b *bench) error {
 	}
 	for _, q := range stmts {
 		if _, err := b.admin.Exec(ctx, q.sql, q.args...); err != nil {
-			return fmt.Errorf("bench: setup: %w", err)
+			return fmt.Errorf("setup: %w", err)
 		}
 	}
 	s.update = `UPDATE ` + accounts + ` SET balance = balance + $1 WHERE id = $2`
@@ -121,17 +121,17 @@ VALUES ($1, $2, $3, $4, $5, $5)`
 	rows, err := b.admin.Query(ctx, `INSERT INTO `+s.inboxTable+` (consumer_name, message_id)
 SELECT $1, gen_random_uuid() FROM generate_series(1, $2::integer) RETURNING message_id::text`, consumer, dupIDs)
 	if err != nil {
-		return fmt.Errorf("bench: seed duplicate ids: %w", err)
+		return fmt.Errorf("seed duplicate ids: %w", err)
 	}
 	s.dupIDs, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("bench: seed duplicate ids: %w", err)
+		return fmt.Errorf("seed duplicate ids: %w", err)
 	}
 	if _, err := b.admin.Exec(ctx, `VACUUM ANALYZE `+accounts); err != nil {
-		return fmt.Errorf("bench: setup: %w", err)
+		return fmt.Errorf("setup: %w", err)
 	}
 	if _, err := b.admin.Exec(ctx, `ANALYZE `+s.inboxTable); err != nil {
-		return fmt.Errorf("bench: setup: %w", err)
+		return fmt.Errorf("setup: %w", err)
 	}
 	return nil
 }
@@ -144,7 +144,7 @@ func newInbox(ctx context.Context, admin, pool *pgxpool.Pool, tables inboxdriver
 		return nil, err
 	}
 	if _, err := inboxmigrate.Up(ctx, ad); err != nil {
-		return nil, fmt.Errorf("bench: migrate: %w", err)
+		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: tables})
 	if err != nil {

@@ -81,10 +81,10 @@ func (b *bench) runPurge(ctx context.Context) (*PurgeResult, error) {
 		return nil, err
 	}
 	if perr != nil {
-		return nil, fmt.Errorf("bench: purge: %w", perr)
+		return nil, fmt.Errorf("purge: %w", perr)
 	}
 	if purged != int64(b.cfg.PurgeRows) {
-		return nil, fmt.Errorf("bench: purge deleted %d rows, want %d", purged, b.cfg.PurgeRows)
+		return nil, fmt.Errorf("purge deleted %d rows, want %d", purged, b.cfg.PurgeRows)
 	}
 	b.logf("purge: claims after the purge, %v", b.cfg.PurgeBaseline)
 	after, err := b.timed(ctx, claims, n, idV7, b.cfg.PurgeBaseline)
@@ -136,10 +136,10 @@ SELECT $1, (substr(h, 1, 8) || '-' || substr(h, 9, 4) || '-7' || substr(gen_rand
           FROM (SELECT (extract(epoch FROM now() - $2::interval) * 1000)::bigint AS ms, now() - $2::interval AS t0) AS b,
                generate_series(1, $3::integer) AS i) AS s`, consumer, fmt.Sprintf("%d seconds", int64(age.Seconds())), rows)
 	if err != nil {
-		return fmt.Errorf("bench: fill %s: %w", table, err)
+		return fmt.Errorf("fill %s: %w", table, err)
 	}
 	if _, err := q.Exec(ctx, `VACUUM ANALYZE `+table); err != nil {
-		return fmt.Errorf("bench: vacuum %s: %w", table, err)
+		return fmt.Errorf("vacuum %s: %w", table, err)
 	}
 	return nil
 }

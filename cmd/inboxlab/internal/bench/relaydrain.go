@@ -121,12 +121,12 @@ func (b *bench) openRelayStore(ctx context.Context) (*relayStore, func(), error)
 	pcfg, err := pgxpool.ParseConfig(b.cfg.DatabaseURL)
 	if err != nil {
 		closeFn()
-		return nil, nil, fmt.Errorf("bench: database URL: %w", err)
+		return nil, nil, fmt.Errorf("database URL: %w", err)
 	}
 	pcfg.MaxConns = outbox.DefaultWorkers + 1
 	if s.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
 		closeFn()
-		return nil, nil, fmt.Errorf("bench: relay pool: %w", err)
+		return nil, nil, fmt.Errorf("relay pool: %w", err)
 	}
 	tables := inboxdriver.Tables{Schema: schema}
 	client, err := newInbox(ctx, b.admin, s.pool, tables)
@@ -137,7 +137,7 @@ func (b *bench) openRelayStore(ctx context.Context) (*relayStore, func(), error)
 	d, ok := client.Driver().(*inboxpgx.Driver)
 	if !ok {
 		closeFn()
-		return nil, nil, fmt.Errorf("bench: the relay's store is not inboxpgx")
+		return nil, nil, fmt.Errorf("the relay's store is not inboxpgx")
 	}
 	if s.ordered, err = outbox.New(d, &outbox.Config{Ordered: true}); err != nil {
 		closeFn()
@@ -157,7 +157,7 @@ func (b *bench) openRelayStore(ctx context.Context) (*relayStore, func(), error)
 // relayKeys keys, in ordered mode or not, then analyses the table.
 func (s *relayStore) fill(ctx context.Context, n int, ordered bool) error {
 	if _, err := s.pool.Exec(ctx, `TRUNCATE `+strings.Join(s.tables, ", ")); err != nil {
-		return fmt.Errorf("bench: empty the relay's outbox: %w", err)
+		return fmt.Errorf("empty the relay's outbox: %w", err)
 	}
 	o := s.unordered
 	if ordered {
@@ -173,11 +173,11 @@ func (s *relayStore) fill(ctx context.Context, n int, ordered bool) error {
 			msgs[j] = outbox.Message{Topic: "orders", Key: keys[(i+j)%relayKeys], Payload: outboxPayload}
 		}
 		if _, err := o.Enqueue(ctx, msgs...); err != nil {
-			return fmt.Errorf("bench: enqueue the relay's backlog: %w", err)
+			return fmt.Errorf("enqueue the relay's backlog: %w", err)
 		}
 	}
 	if _, err := s.pool.Exec(ctx, `ANALYZE `+s.outbox); err != nil {
-		return fmt.Errorf("bench: analyse the relay's outbox: %w", err)
+		return fmt.Errorf("analyse the relay's outbox: %w", err)
 	}
 	return nil
 }
@@ -243,7 +243,7 @@ func (b *bench) runRelay(ctx context.Context, rng *rand.Rand, drains []*drainRow
 				want = int64(c.backlog)
 			}
 			if counted.ordered.Load() != want {
-				return nil, fmt.Errorf("bench: %s published %d events with a key sequence number, want %d", c.row.name, counted.ordered.Load(), want)
+				return nil, fmt.Errorf("%s published %d events with a key sequence number, want %d", c.row.name, counted.ordered.Load(), want)
 			}
 			b.logf("relay: %.0f msgs/s in %d calls of the sink", rate, counted.calls.Load())
 			c.rates = append(c.rates, round1(rate))

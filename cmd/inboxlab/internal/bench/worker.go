@@ -119,7 +119,7 @@ func (w *worker) messages(es []*effect) []inbox.Message {
 // decodeEffect reads the account and amount from a message's payload.
 func decodeEffect(payload []byte) (account int32, amount int64, err error) {
 	if len(payload) != 12 {
-		return 0, 0, errors.New("bench: payload is not 12 bytes")
+		return 0, 0, errors.New("payload is not 12 bytes")
 	}
 	return int32(binary.BigEndian.Uint32(payload[0:4])), int64(binary.BigEndian.Uint64(payload[4:12])), nil
 }

@@ -239,31 +239,31 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case c.Transport != "kafka" && c.Transport != "sqs" && c.Transport != "nats" && c.Transport != "rabbitmq":
-		return fmt.Errorf("chaos: transport %q: want kafka, sqs, nats or rabbitmq", c.Transport)
+		return fmt.Errorf("transport %q: want kafka, sqs, nats or rabbitmq", c.Transport)
 	case c.Consumers < 1 || c.Consumers > 16:
-		return fmt.Errorf("chaos: consumers %d: want 1 to 16", c.Consumers)
+		return fmt.Errorf("consumers %d: want 1 to 16", c.Consumers)
 	case c.Events < 1 || c.Events > 1_000_000:
-		return fmt.Errorf("chaos: events %d: want 1 to 1,000,000", c.Events)
+		return fmt.Errorf("events %d: want 1 to 1,000,000", c.Events)
 	case c.Accounts < 1:
-		return fmt.Errorf("chaos: accounts %d: want at least 1", c.Accounts)
+		return fmt.Errorf("accounts %d: want at least 1", c.Accounts)
 	case c.Duplicates < 0 || c.Duplicates > 1:
-		return fmt.Errorf("chaos: duplicates %v: want a fraction between 0 and 1", c.Duplicates)
+		return fmt.Errorf("duplicates %v: want a fraction between 0 and 1", c.Duplicates)
 	case c.Duration < 5*time.Second || c.Duration > 24*time.Hour:
-		return fmt.Errorf("chaos: duration %v: want 5s to 24h", c.Duration)
+		return fmt.Errorf("duration %v: want 5s to 24h", c.Duration)
 	case c.Command == nil:
-		return errors.New("chaos: Config.Command is nil")
+		return errors.New("Config.Command is nil")
 	case c.CrashPoison > 0 && c.Transport != "kafka":
-		return fmt.Errorf("chaos: crash poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", c.CrashPoison)
+		return fmt.Errorf("crash poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", c.CrashPoison)
 	case c.Failover != "" && c.Failover != FailoverSync && c.Failover != FailoverAsync:
-		return fmt.Errorf("chaos: failover %q: want %s or %s", c.Failover, FailoverSync, FailoverAsync)
+		return fmt.Errorf("failover %q: want %s or %s", c.Failover, FailoverSync, FailoverAsync)
 	case c.Failover != "" && len(c.DBFaults) > 0:
-		return errors.New("chaos: database faults do not combine with a failover")
+		return errors.New("database faults do not combine with a failover")
 	case c.CrashPoison > c.Events/10:
-		return fmt.Errorf("chaos: crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
+		return fmt.Errorf("crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
 	}
 	for _, k := range c.DBFaults {
 		if _, err := dbfault.ParseKinds(string(k)); err != nil {
-			return fmt.Errorf("chaos: %w", err)
+			return err
 		}
 	}
 	return nil
@@ -401,7 +401,7 @@ func startCluster(ctx context.Context, cfg *Config) (*pgcluster.Cluster, error) 
 	fmt.Fprintf(cfg.Log, "chaos: starting a primary and a %sous replica\n", map[bool]string{true: "synchron", false: "asynchron"}[cfg.Failover == FailoverSync])
 	cluster, err := pgcluster.Start(ctx, &pgcluster.Config{Replica: true, Synchronous: cfg.Failover == FailoverSync})
 	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
+		return nil, err
 	}
 	cfg.DatabaseURL = cluster.URL()
 	fmt.Fprintf(cfg.Log, "chaos: the store is %s\n", cfg.DatabaseURL)
@@ -427,7 +427,7 @@ func openChaosStore(ctx context.Context, cfg *Config) (_ store, _ *pgStore, err 
 	pg, _ := st.(*pgStore)
 	if len(cfg.DBFaults) > 0 {
 		if pg == nil {
-			return nil, nil, fmt.Errorf("chaos: database faults need Postgres, not %s", st.kind())
+			return nil, nil, fmt.Errorf("database faults need Postgres, not %s", st.kind())
 		}
 		switch err := pg.consumerRole(ctx); {
 		case errors.Is(err, errNotSuperuser) && cfg.dbFaultsByDefault:
@@ -490,7 +490,7 @@ func (c *chaosRun) underFire(ctx context.Context, r *rand.Rand, drainFor time.Du
 	<-dbFaultsDone // every fault restored
 	<-failedOver   // the replica promoted, or the failover given up on
 	if produceErr != nil {
-		return fmt.Errorf("chaos: produce: %w", produceErr)
+		return fmt.Errorf("produce: %w", produceErr)
 	}
 	return ctx.Err()
 }

@@ -3,13 +3,13 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"github.com/txinbox/inbox"
 	"math/rand/v2"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxdriver"
 	"github.com/txinbox/inbox/inboxmigrate"
 	"github.com/txinbox/inbox/inboxpgx"
@@ -42,7 +42,7 @@ func openStore(ctx context.Context, cfg *Config) (store, error) {
 	case strings.HasPrefix(cfg.DatabaseURL, "postgres://"), strings.HasPrefix(cfg.DatabaseURL, "postgresql://"):
 		return openPostgres(ctx, cfg.DatabaseURL)
 	default:
-		return nil, fmt.Errorf("chaos: unsupported --database-url %q: want postgres://…", cfg.DatabaseURL)
+		return nil, fmt.Errorf("unsupported --database-url %q: want postgres://…", cfg.DatabaseURL)
 	}
 }
 
@@ -66,11 +66,11 @@ func openPostgres(ctx context.Context, url string) (*pgStore, error) {
 	url = pgexec.WithPoolerSafe(url)
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: database: %w", err)
+		return nil, fmt.Errorf("database: %w", err)
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("chaos: cannot reach the database: %w", err)
+		return nil, fmt.Errorf("cannot reach the database: %w", err)
 	}
 	return &pgStore{url: url, pool: pool, schema: "inbox_chaos_" + testdb.RandomSuffix()}, nil
 }
@@ -81,20 +81,20 @@ func (s *pgStore) table(name string) string { return pgx.Identifier{s.schema, na
 
 func (s *pgStore) setup(ctx context.Context, accounts int) error {
 	if _, err := s.pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
-		return fmt.Errorf("chaos: create schema: %w", err)
+		return fmt.Errorf("create schema: %w", err)
 	}
 	d, err := inboxpgx.New(s.pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: s.schema}})
 	if err != nil {
 		return err
 	}
 	if _, err := inboxmigrate.Up(ctx, d); err != nil {
-		return fmt.Errorf("chaos: migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	_, err = s.pool.Exec(ctx, `CREATE TABLE `+s.table("accounts")+` (id int PRIMARY KEY, balance bigint NOT NULL DEFAULT 0);
 CREATE TABLE `+s.table("effects")+` (consumer text NOT NULL, event_id uuid NOT NULL, account int NOT NULL, amount bigint NOT NULL, slot int NOT NULL);
 INSERT INTO `+s.table("accounts")+` (id) SELECT generate_series(1, `+fmt.Sprint(accounts)+`)`)
 	if err != nil {
-		return fmt.Errorf("chaos: create tables: %w", err)
+		return fmt.Errorf("create tables: %w", err)
 	}
 	return nil
 }
@@ -158,7 +158,7 @@ func (s *pgStore) check(ctx context.Context, events []event, res *Result) error 
 	applied := map[string]int{}
 	rows, err := s.pool.Query(ctx, `SELECT event_id::text, count(*) FROM `+s.table("effects")+` WHERE consumer = $1 GROUP BY event_id`, DefaultConsumerName)
 	if err != nil {
-		return fmt.Errorf("chaos: check: %w", err)
+		return fmt.Errorf("check: %w", err)
 	}
 	for rows.Next() {
 		var id string

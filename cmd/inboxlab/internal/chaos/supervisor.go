@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/txinbox/inbox"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/cmd/inboxlab/internal/child"
 )
 
@@ -152,7 +152,7 @@ func (s *supervisor) start(ctx context.Context, i int) (*proc, error) {
 	cmd.Stderr = stderr
 	cmd.WaitDelay = reapDelay
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("chaos: start consumer %d: %w", i, err)
+		return nil, fmt.Errorf("start consumer %d: %w", i, err)
 	}
 	p := &proc{slot: i, cmd: cmd, exited: make(chan struct{}), done: make(chan struct{})}
 	s.mu.Lock()

@@ -91,7 +91,7 @@ func newTransport(ctx context.Context, cfg *Config) (*transport, error) {
 		Kafka: kafkaTimings, ProxyConsumers: true,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("chaos: %w", err)
+		return nil, err
 	}
 	redelivery := natsAckWait
 	if cfg.Transport == broker.TransportSQS {
@@ -102,7 +102,7 @@ func newTransport(ctx context.Context, cfg *Config) (*transport, error) {
 	})
 	if err != nil {
 		b.Close()
-		return nil, fmt.Errorf("chaos: %w", err)
+		return nil, err
 	}
 	return &transport{b: b, t: t}, nil
 }

@@ -37,7 +37,7 @@ const (
 
 // ErrNotSuperuser is CreateRole's error when the database user is not a
 // superuser.
-var ErrNotSuperuser = errors.New("chaos: database faults need a superuser in --database-url, to create the run's role and revoke its grants; run without them otherwise (--db-faults none; Config.DBFaults empty)")
+var ErrNotSuperuser = errors.New("database faults need a superuser in --database-url, to create the run's role and revoke its grants; run without them otherwise (--db-faults none; Config.DBFaults empty)")
 
 // Role is a login role created for a run: its processes log in as it, and
 // the faults revoke its grants and change its settings, never the
@@ -57,18 +57,18 @@ type Role struct {
 func CreateRole(ctx context.Context, pool *pgxpool.Pool, databaseURL, name string, grants []string) (*Role, error) {
 	var super bool
 	if err := pool.QueryRow(ctx, `SELECT rolsuper FROM pg_roles WHERE rolname = current_user`).Scan(&super); err != nil {
-		return nil, fmt.Errorf("chaos: database faults: %w", err)
+		return nil, fmt.Errorf("database faults: %w", err)
 	}
 	if !super {
 		return nil, ErrNotSuperuser
 	}
 	r := &Role{Name: name, pool: pool}
 	if err := pool.QueryRow(ctx, `SELECT current_database()`).Scan(&r.Database); err != nil {
-		return nil, fmt.Errorf("chaos: database faults: %w", err)
+		return nil, fmt.Errorf("database faults: %w", err)
 	}
 	u, err := url.Parse(databaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: --database-url: %w", err)
+		return nil, fmt.Errorf("--database-url: %w", err)
 	}
 	var pw [16]byte
 	_, _ = rand.Read(pw[:])
@@ -86,7 +86,7 @@ func CreateRole(ctx context.Context, pool *pgxpool.Pool, databaseURL, name strin
 			if i > 0 {
 				r.Drop(context.WithoutCancel(ctx))
 			}
-			return nil, fmt.Errorf("chaos: create the role %s: %w", name, err)
+			return nil, fmt.Errorf("create the role %s: %w", name, err)
 		}
 	}
 	u.User = url.UserPassword(name, password)

@@ -53,7 +53,7 @@ func openBroker(ctx context.Context, cfg *Config) (broker.Broker, broker.Topic, 
 		Transport: cfg.Transport, Brokers: cfg.Brokers, NATSURL: cfg.NATSURL, AMQPURL: cfg.AMQPURL, Kafka: timings, Log: cfg.Log,
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("demo: %w", err)
+		return nil, nil, err
 	}
 	var subs []string
 	for _, strategy := range Strategies {
@@ -64,7 +64,7 @@ func openBroker(ctx context.Context, cfg *Config) (broker.Broker, broker.Topic, 
 	t, err := b.NewTopic(ctx, "inbox-demo-"+testdb.RandomSuffix(), &broker.TopicConfig{Subscriptions: subs, Redelivery: ackWait, MaxPending: batchSize})
 	if err != nil {
 		b.Close()
-		return nil, nil, fmt.Errorf("demo: %w", err)
+		return nil, nil, err
 	}
 	return b, t, nil
 }
@@ -80,7 +80,7 @@ func produce(ctx context.Context, t broker.Topic, records []event) error {
 		msgs[i] = broker.Message{ID: e.ID, Key: e.Account, Body: e.body(), Headers: map[string]string{headerIndex: strconv.Itoa(i)}}
 	}
 	if err := t.Send(ctx, msgs...); err != nil {
-		return fmt.Errorf("demo: produce: %w", err)
+		return fmt.Errorf("produce: %w", err)
 	}
 	return nil
 }
@@ -100,7 +100,7 @@ type record struct {
 func newRecord(d *broker.Delivery) (*record, error) {
 	index, err := strconv.Atoi(d.Header(headerIndex))
 	if err != nil {
-		return nil, fmt.Errorf("demo: a delivery without its %s header", headerIndex)
+		return nil, fmt.Errorf("a delivery without its %s header", headerIndex)
 	}
 	return &record{Delivery: d, index: index}, nil
 }

@@ -267,16 +267,16 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 		cfg.Events = DefaultEvents
 	}
 	if cfg.Events < 20 || cfg.Events > 10_000 {
-		return nil, fmt.Errorf("demo: events %d: want 20 to 10,000", cfg.Events)
+		return nil, fmt.Errorf("events %d: want 20 to 10,000", cfg.Events)
 	}
 	if cfg.Transport == "" {
 		cfg.Transport = TransportKafka
 	}
 	if !slices.Contains(Transports, cfg.Transport) {
-		return nil, fmt.Errorf("demo: transport %q: want kafka, nats or rabbitmq", cfg.Transport)
+		return nil, fmt.Errorf("transport %q: want kafka, nats or rabbitmq", cfg.Transport)
 	}
 	if cfg.Command == nil {
-		return nil, errors.New("demo: Config.Command is nil")
+		return nil, errors.New("Config.Command is nil")
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
@@ -335,7 +335,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	for key, ch := range runs {
 		o := <-ch
 		if o.err != nil && runErr == nil {
-			runErr = fmt.Errorf("demo: %s: %w", key, o.err)
+			runErr = fmt.Errorf("%s: %w", key, o.err)
 		}
 		res.Crashes += o.crashes
 	}

@@ -108,7 +108,7 @@ func runProducer(ctx context.Context, st *store, b broker.Broker, orders broker.
 	for _, name := range ProducerStrategies {
 		t, err := b.NewTopic(ctx, orders.Name()+"-"+name, &broker.TopicConfig{Subscriptions: []string{"payments"}})
 		if err != nil {
-			return nil, fmt.Errorf("demo: producer %s: %w", name, err)
+			return nil, fmt.Errorf("producer %s: %w", name, err)
 		}
 		payments := make([]payment, producerOrders)
 		for i := range payments {
@@ -122,16 +122,16 @@ func runProducer(ctx context.Context, st *store, b broker.Broker, orders broker.
 			err = produceNewIDOnRetry(ctx, st, t, payments, res)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("demo: producer %s: %w", name, err)
+			return nil, fmt.Errorf("producer %s: %w", name, err)
 		}
 		// What the topic holds: what was sent, but where the broker drops
 		// republished ids itself (JetStream).
 		records, err := t.Stored(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("demo: producer %s: %w", name, err)
+			return nil, fmt.Errorf("producer %s: %w", name, err)
 		}
 		if err := consumePayments(ctx, st, client, t, name, records); err != nil {
-			return nil, fmt.Errorf("demo: producer %s: consume: %w", name, err)
+			return nil, fmt.Errorf("producer %s: consume: %w", name, err)
 		}
 		stat, err := st.tallyPayments(ctx, name, payments)
 		if err != nil {

@@ -48,7 +48,7 @@ func openStore(ctx context.Context, url string) (*store, error) {
 		return st, nil
 	}
 	if !strings.HasPrefix(url, "postgres://") && !strings.HasPrefix(url, "postgresql://") {
-		return nil, fmt.Errorf("demo: --database-url %q: want postgres://… (or nothing, for embedded SQLite)", url)
+		return nil, fmt.Errorf("--database-url %q: want postgres://… (or nothing, for embedded SQLite)", url)
 	}
 	st := &store{kind: "postgres", dialect: inboxsql.Postgres, url: url, schema: "inbox_demo_" + testdb.RandomSuffix()}
 	db, err := openPostgres(url, st.schema)
@@ -57,7 +57,7 @@ func openStore(ctx context.Context, url string) (*store, error) {
 	}
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("demo: cannot reach the database at %s: %w", where(url), err)
+		return nil, fmt.Errorf("cannot reach the database at %s: %w", where(url), err)
 	}
 	st.db = db
 	return st, nil
@@ -76,7 +76,7 @@ func where(url string) string {
 func openPostgres(url, schema string) (*sql.DB, error) {
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
-		return nil, fmt.Errorf("demo: --database-url: %w", err)
+		return nil, fmt.Errorf("--database-url: %w", err)
 	}
 	cfg.RuntimeParams["search_path"] = schema
 	return stdlib.OpenDB(*cfg), nil
@@ -146,7 +146,7 @@ func rebind(d inboxsql.Dialect, query string) string {
 func (s *store) setup(ctx context.Context) error {
 	if s.schema != "" {
 		if _, err := s.db.ExecContext(ctx, `CREATE SCHEMA `+pgx.Identifier{s.schema}.Sanitize()); err != nil {
-			return fmt.Errorf("demo: create schema: %w", err)
+			return fmt.Errorf("create schema: %w", err)
 		}
 	}
 	d, err := inboxsql.New(s.db, engine(s.dialect), &inboxsql.Config{Tables: inboxdriver.Tables{Schema: s.schema}})
@@ -154,7 +154,7 @@ func (s *store) setup(ctx context.Context) error {
 		return err
 	}
 	if _, err := inboxmigrate.Up(ctx, d); err != nil {
-		return fmt.Errorf("demo: migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	for _, stmt := range []string{
 		`CREATE TABLE balances (strategy TEXT NOT NULL, account TEXT NOT NULL, cents BIGINT NOT NULL, PRIMARY KEY (strategy, account))`,
@@ -171,7 +171,7 @@ func (s *store) setup(ctx context.Context) error {
 		`CREATE TABLE orders (strategy TEXT NOT NULL, id TEXT NOT NULL, account TEXT NOT NULL, cents BIGINT NOT NULL, PRIMARY KEY (strategy, id))`,
 	} {
 		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("demo: create tables: %w", err)
+			return fmt.Errorf("create tables: %w", err)
 		}
 	}
 	return nil

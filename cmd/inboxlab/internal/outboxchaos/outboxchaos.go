@@ -170,19 +170,19 @@ func (c *Config) withDefaults() Config {
 func (c *Config) validate() error {
 	switch {
 	case c.Command == nil:
-		return errors.New("outboxchaos: Config.Command is nil")
+		return errors.New("Config.Command is nil")
 	case c.DatabaseURL == "":
-		return errors.New("outboxchaos: Config.DatabaseURL is empty: the run needs Postgres")
+		return errors.New("Config.DatabaseURL is empty: the run needs Postgres")
 	case c.Duration < 0 || c.Duration > 24*time.Hour:
-		return fmt.Errorf("outboxchaos: Config.Duration %v: want up to a day", c.Duration)
+		return fmt.Errorf("Config.Duration %v: want up to a day", c.Duration)
 	case c.Producers < 0 || c.Relays < 0 || c.Consumers < 0 || c.Producers > 16 || c.Relays > 16 || c.Consumers > 16:
-		return errors.New("outboxchaos: Config.Producers, Relays and Consumers: want 1 to 16 each")
+		return errors.New("Config.Producers, Relays and Consumers: want 1 to 16 each")
 	case c.Keys < 1 || c.Keys > 10_000:
-		return fmt.Errorf("outboxchaos: Config.Keys %d: want 1 to 10,000", c.Keys)
+		return fmt.Errorf("Config.Keys %d: want 1 to 10,000", c.Keys)
 	}
 	for _, k := range c.DBFaults {
 		if _, err := dbfault.ParseKinds(string(k)); err != nil {
-			return fmt.Errorf("outboxchaos: Config.DBFaults: %w", err)
+			return fmt.Errorf("Config.DBFaults: %w", err)
 		}
 	}
 	return nil
@@ -197,7 +197,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	start := time.Now()
 	pool, err := pgxpool.New(ctx, cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("outboxchaos: database: %w", err)
+		return nil, fmt.Errorf("database: %w", err)
 	}
 	defer pool.Close()
 	schema := "inbox_chaos_outbox_" + testdb.RandomSuffix()
@@ -223,7 +223,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}
 	k, err := broker.OpenKafka("", timings, nil)
 	if err != nil {
-		return nil, fmt.Errorf("outboxchaos: %w", err)
+		return nil, err
 	}
 	defer func() {
 		for _, s := range k.Cleanup() {
@@ -232,7 +232,7 @@ func Run(ctx context.Context, config Config) (*Result, error) {
 	}()
 	topic, err := k.NewTopic(ctx, "orders", &broker.TopicConfig{Partitions: partitions, Subscriptions: []string{consumerName}})
 	if err != nil {
-		return nil, fmt.Errorf("outboxchaos: %w", err)
+		return nil, err
 	}
 	base := childArgs{databaseURL: childURL, schema: schema, where: topic.Address(consumerName), keys: cfg.Keys}
 	sv := &supervisor{cfg: &cfg, base: base, rng: rand.New(rand.NewPCG(cfg.Seed, 0x0b0c5)), kills: map[string]int{}, gen: map[string]int{}}
@@ -405,7 +405,7 @@ func tally(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string, 
 	}
 	records, err := topic.Stored(ctx)
 	if err != nil {
-		return fmt.Errorf("outboxchaos: %w", err)
+		return err
 	}
 	res.Records = int64(records)
 	res.Republished = res.Records - res.Orders
@@ -423,21 +423,21 @@ func tally(ctx context.Context, cfg *Config, pool *pgxpool.Pool, schema string, 
 // the effects.
 func setup(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if _, err := pool.Exec(ctx, `CREATE SCHEMA `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return fmt.Errorf("outboxchaos: create schema: %w", err)
+		return fmt.Errorf("create schema: %w", err)
 	}
 	d, err := inboxpgx.New(pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: schema}})
 	if err != nil {
 		return err
 	}
 	if _, err := inboxmigrate.Up(ctx, d); err != nil {
-		return fmt.Errorf("outboxchaos: migrate: %w", err)
+		return fmt.Errorf("migrate: %w", err)
 	}
 	orders := pgx.Identifier{schema, "orders"}.Sanitize()
 	effects := pgx.Identifier{schema, "effects"}.Sanitize()
 	_, err = pool.Exec(ctx, `CREATE TABLE `+orders+` (id uuid PRIMARY KEY, key text NOT NULL);
 CREATE TABLE `+effects+` (seq bigserial PRIMARY KEY, event_id uuid NOT NULL, key text NOT NULL, key_seq bigint NOT NULL)`)
 	if err != nil {
-		return fmt.Errorf("outboxchaos: create tables: %w", err)
+		return fmt.Errorf("create tables: %w", err)
 	}
 	return nil
 }
@@ -455,7 +455,7 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, schema string, sv *sup
 		err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+ob+`),
        (SELECT count(*) FROM `+orders+` o WHERE NOT EXISTS (SELECT FROM `+effects+` e WHERE e.event_id = o.id))`).Scan(&pending, &missing)
 		if err != nil {
-			return fmt.Errorf("outboxchaos: wait for the drain: %w", err)
+			return fmt.Errorf("wait for the drain: %w", err)
 		}
 		if pending == 0 && missing == 0 {
 			return nil
@@ -468,7 +468,7 @@ func waitDrained(ctx context.Context, pool *pgxpool.Pool, schema string, sv *sup
 			report = time.Now().Add(5 * time.Second)
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("outboxchaos: after three minutes of draining, %d events are still in the outbox and %d orders have no effect", pending, missing)
+			return fmt.Errorf("after three minutes of draining, %d events are still in the outbox and %d orders have no effect", pending, missing)
 		}
 		select {
 		case <-ctx.Done():
@@ -492,7 +492,7 @@ func check(ctx context.Context, pool *pgxpool.Pool, schema string, res *Result) 
         FROM `+effects+`) x WHERE key_seq < before)`).
 		Scan(&res.Orders, &res.Missing, &res.Orphans, &res.DoubleApplied, &res.OutOfOrder)
 	if err != nil {
-		return fmt.Errorf("outboxchaos: check: %w", err)
+		return fmt.Errorf("check: %w", err)
 	}
 	return nil
 }
@@ -548,7 +548,7 @@ func (s *supervisor) start(ctx context.Context, role string, slot int) error {
 	cmd.Stderr = &p.stderr
 	child.DieWithParent(cmd)
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("outboxchaos: start a %s: %w", role, err)
+		return fmt.Errorf("start a %s: %w", role, err)
 	}
 	s.mu.Lock()
 	s.procs = append(s.procs, p)
@@ -567,7 +567,7 @@ func (s *supervisor) start(ctx context.Context, role string, slot int) error {
 		case killed:
 			s.kills[role]++
 		case err != nil && s.err == nil:
-			s.err = fmt.Errorf("outboxchaos: a %s failed: %v: %s", role, err, strings.TrimSpace(p.stderr.String()))
+			s.err = fmt.Errorf("a %s failed: %v: %s", role, err, strings.TrimSpace(p.stderr.String()))
 			return
 		}
 		if p.stopped || s.stopping {
