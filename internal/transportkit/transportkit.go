@@ -1,6 +1,7 @@
 // Package transportkit is the plumbing that the transport adapters
 // (inboxkafka, inboxnats, inboxrabbit, inboxsqs) and their shared loop
-// (inboxtransport) use, and that a transport's user never sees.
+// (inboxtransport) use, and that a transport's user never sees. The lab's
+// fault injectors share its Sleep.
 package transportkit
 
 import (

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/txinbox/inbox/internal/pgcluster"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // The values of Config.Failover.
@@ -34,17 +35,7 @@ const failoverLead = 5 * time.Second
 // docs/PRODUCTION.md), which is a fault of its own, not the partition this
 // models.
 func failover(ctx context.Context, cfg *Config, cl *pgcluster.Cluster, sup *supervisor) {
-	wait := func(d time.Duration) bool {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return true
-		}
-	}
-	if !wait(cfg.Duration * 2 / 5) {
+	if !transportkit.Sleep(ctx, cfg.Duration*2/5) {
 		return
 	}
 	sup.pauseKills(true)
@@ -52,7 +43,7 @@ func failover(ctx context.Context, cfg *Config, cl *pgcluster.Cluster, sup *supe
 	cl.CutReplication()
 	lead := min(failoverLead, cfg.Duration/5)
 	fmt.Fprintf(cfg.Log, "chaos: cut the replication link; the primary dies in %v\n", lead)
-	if !wait(lead) {
+	if !transportkit.Sleep(ctx, lead) {
 		return
 	}
 	problem := func(err error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/txinbox/inbox/internal/dbfault"
+	"github.com/txinbox/inbox/internal/transportkit"
 )
 
 // DefaultKinds are the database faults a run injects by default: a
@@ -178,7 +179,7 @@ func (s *Schedule) Run(ctx context.Context, rng *mrand.Rand) {
 	admin := stdlib.OpenDBFromPool(s.Pool)
 	defer admin.Close()
 	for i := 0; ; i++ {
-		if !SleepCtx(ctx, Jitter(rng, every)) {
+		if !transportkit.Sleep(ctx, Jitter(rng, every)) {
 			return
 		}
 		kind := s.Kinds[i%len(s.Kinds)]
@@ -213,7 +214,7 @@ func (s *Schedule) hold(ctx context.Context, admin *sql.DB, i int, kind dbfault.
 		}
 		fmt.Fprintf(s.Log, "%s: database fault %s%s\n", s.Prefix, kind, on)
 	}
-	SleepCtx(ctx, hold)
+	transportkit.Sleep(ctx, hold)
 	if err := f.Stop(fctx); err != nil {
 		return fmt.Errorf("%s: restore after the database fault %s: %w", s.Prefix, kind, err)
 	}
@@ -223,16 +224,4 @@ func (s *Schedule) hold(ctx context.Context, admin *sql.DB, i int, kind dbfault.
 // Jitter returns a duration between half and one and a half of d.
 func Jitter(r *mrand.Rand, d time.Duration) time.Duration {
 	return d/2 + time.Duration(r.Int64N(int64(d)))
-}
-
-// SleepCtx waits for d, and reports false if ctx ended first.
-func SleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
