@@ -489,21 +489,33 @@ func (b *bench) settings() Settings {
 		names[i] = r.name
 	}
 	return Settings{
-		Schema:        b.schema,
-		Rows:          names,
-		Workers:       b.cfg.Workers,
-		Accounts:      b.cfg.Accounts,
-		PoolSize:      b.maxW,
-		WarmupS:       b.cfg.Warmup.Seconds(),
-		DurationS:     b.cfg.Duration.Seconds(),
-		Rounds:        b.cfg.Rounds,
-		PurgeRows:     b.cfg.PurgeRows,
-		IDRows:        b.cfg.IDRows,
-		IDDurationS:   b.cfg.IDDuration.Seconds(),
-		IDRounds:      b.cfg.IDRounds,
-		Seed:          b.cfg.Seed,
-		GoMaxProcs:    runtime.GOMAXPROCS(0),
-		IDKind:        "uuidv7",
-		SideEffectSQL: "UPDATE accounts SET balance = balance + $1 WHERE id = $2",
+		Schema:           b.schema,
+		Rows:             names,
+		Workers:          b.cfg.Workers,
+		Accounts:         b.cfg.Accounts,
+		PoolSize:         b.maxW,
+		WarmupS:          b.cfg.Warmup.Seconds(),
+		DurationS:        b.cfg.Duration.Seconds(),
+		Rounds:           b.cfg.Rounds,
+		PurgeRows:        b.cfg.PurgeRows,
+		IDRows:           b.cfg.IDRows,
+		IDDurationS:      b.cfg.IDDuration.Seconds(),
+		IDRounds:         b.cfg.IDRounds,
+		Seed:             b.cfg.Seed,
+		GoMaxProcs:       runtime.GOMAXPROCS(0),
+		IDKind:           "uuidv7",
+		SideEffectSQL:    "UPDATE accounts SET balance = balance + $1 WHERE id = $2",
+		InProcessBrokers: b.inProcessBrokers(),
 	}
+}
+
+// inProcessBrokers are the brokers that run in this process, whose CPU
+// the client CPU of their rows counts: kfake always, NATS unless the run
+// was given a server.
+func (b *bench) inProcessBrokers() []string {
+	out := []string{"kafka"}
+	if b.cfg.NATSURL == "" {
+		out = append(out, "nats")
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ func TestBrokerRows(t *testing.T) {
 		}
 	}
 	var ratios, targets []string
+	cores := strconv.Itoa(rep.Machine.CPUs)
 	for _, r := range rep.Targets {
 		require.Positive(t, r.Value, "%s", r.Name)
 		if r.ReportOnly {
@@ -78,6 +80,13 @@ func TestBrokerRows(t *testing.T) {
 	require.Equal(t, []string{
 		"nats-inbox-batch-100 ÷ nats-bare-ack, msgs/s at 1 worker (report only)",
 		"rabbitmq-inbox-batch-100 ÷ rabbitmq-bare-ack, msgs/s at 1 worker (report only)",
+		// Where the cores' time went, for the brokers in this process.
+		"kafka-bare-ack ÷ kafka-inbox-batch-100, client+server CPU per msg at 1 worker (report only: kafka-inbox-batch-100 ÷ kafka-bare-ack if both kept the cores equally busy)",
+		"kafka-inbox-batch-100, share of the " + cores + " cores busy with it (msgs/s × client+server CPU per msg ÷ cores) at 1 worker (report only)",
+		"kafka-bare-ack, share of the " + cores + " cores busy with it (msgs/s × client+server CPU per msg ÷ cores) at 1 worker (report only)",
+		"nats-bare-ack ÷ nats-inbox-batch-100, client+server CPU per msg at 1 worker (report only: nats-inbox-batch-100 ÷ nats-bare-ack if both kept the cores equally busy)",
+		"nats-inbox-batch-100, share of the " + cores + " cores busy with it (msgs/s × client+server CPU per msg ÷ cores) at 1 worker (report only)",
+		"nats-bare-ack, share of the " + cores + " cores busy with it (msgs/s × client+server CPU per msg ÷ cores) at 1 worker (report only)",
 	}, ratios)
 	require.Equal(t, []string{
 		"kafka-inbox-batch-100 ÷ min(kafka-bare-ack, inbox-batch-100), msgs/s at 1 worker (≥ 0.8)",

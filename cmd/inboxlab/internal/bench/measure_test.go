@@ -211,6 +211,36 @@ func TestBrokerTarget(t *testing.T) {
 	require.False(t, ok, "no kafka rows, no kafka target")
 }
 
+// The CPU lines of a broker whose server runs in this process say how busy
+// each row kept the cores and what the ratio would be at equal use; a
+// broker that runs elsewhere, whose CPU the client column misses, gets
+// none.
+func TestBrokerCPUTargets(t *testing.T) {
+	t.Parallel()
+	us := func(v float64) *float64 { return &v }
+	rep := &Report{
+		Results: []Result{
+			{Name: "nats-bare-ack", Workers: 1, MsgsPerS: 50000, ClientCPUUsPerMsg: us(20)},
+			{Name: "nats-inbox-batch-100", Workers: 1, MsgsPerS: 40000, ClientCPUUsPerMsg: us(22), ServerCPUUsPerMsg: us(8)},
+			{Name: "rabbitmq-bare-ack", Workers: 1, MsgsPerS: 20000, ClientCPUUsPerMsg: us(30)},
+			{Name: "rabbitmq-inbox-batch-100", Workers: 1, MsgsPerS: 16000, ClientCPUUsPerMsg: us(35), ServerCPUUsPerMsg: us(15)},
+		},
+		Machine:  Machine{CPUs: 2},
+		Settings: Settings{InProcessBrokers: []string{"kafka", "nats"}},
+	}
+	got := targetsByName(rep)
+	requireTarget(t, got, "nats-bare-ack ÷ nats-inbox-batch-100, client+server CPU per msg at 1 worker (report only: nats-inbox-batch-100 ÷ nats-bare-ack if both kept the cores equally busy)",
+		0.67, true, "20 µs against 22 + 8")
+	requireTarget(t, got, "nats-inbox-batch-100, share of the 2 cores busy with it (msgs/s × client+server CPU per msg ÷ cores) at 1 worker (report only)",
+		0.6, true, "40000/s × 30 µs on 2 cores")
+	requireTarget(t, got, "nats-bare-ack, share of the 2 cores busy with it (msgs/s × client+server CPU per msg ÷ cores) at 1 worker (report only)",
+		0.5, true, "50000/s × 20 µs on 2 cores")
+	for name := range got {
+		require.NotContains(t, name, "rabbitmq-bare-ack ÷ rabbitmq-inbox-batch-100, client+server CPU", "RabbitMQ runs outside the process")
+		require.NotContains(t, name, "rabbitmq-inbox-batch-100, share of the", "RabbitMQ runs outside the process")
+	}
+}
+
 // targetsByName returns rep's targets by name.
 func targetsByName(rep *Report) map[string]Ratio {
 	got := map[string]Ratio{}
