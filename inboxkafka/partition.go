@@ -28,8 +28,11 @@ type partition struct {
 	stopOnce sync.Once
 	done     chan struct{}
 
+	// queue holds the records fetched and not yet taken, each with its
+	// message already made (enqueue), so that the worker goes from one
+	// transaction to the next without converting records in between.
 	qmu    sync.Mutex
-	queue  []*kgo.Record
+	queue  []*record
 	paused bool
 	wake   chan struct{}
 
@@ -97,13 +100,23 @@ func (p *partition) stopping() bool {
 
 // enqueue adds records for the worker, and calls pause when the queue
 // reaches limit. pause runs under the queue's lock, so that pauses and
-// resumes reach the client in order.
+// resumes reach the client in order. It makes each record's message here,
+// on the poll loop's goroutine, while the worker's transaction runs.
 func (p *partition) enqueue(recs []*kgo.Record, limit int, pause func()) {
+	rs := make([]*record, len(recs))
+	for i, r := range recs {
+		rs[i] = p.record(r)
+	}
 	p.qmu.Lock()
 	if !p.fetched && len(recs) > 0 {
 		p.fetched, p.firstFetch = true, recs[len(recs)-1].Offset
 	}
-	p.queue = append(p.queue, recs...)
+	for _, r := range rs {
+		// The first fetch after the assignment may hold records that
+		// were delivered to the partition's previous owner.
+		r.tr.Message.Source.Redelivered = r.rec.Offset <= p.firstFetch
+	}
+	p.queue = append(p.queue, rs...)
 	if !p.paused && len(p.queue) >= limit {
 		p.paused = true
 		pause()
@@ -118,7 +131,7 @@ func (p *partition) enqueue(recs []*kgo.Record, limit int, pause func()) {
 // take waits for records and returns up to n of them, or false when the
 // worker must stop. It resumes fetching the partition once the queue is
 // down to half of limit.
-func (p *partition) take(n, limit int, resume func()) ([]*kgo.Record, bool) {
+func (p *partition) take(n, limit int, resume func()) ([]*record, bool) {
 	for {
 		if p.stopping() {
 			return nil, false
@@ -192,7 +205,7 @@ func (c *Consumer[TTx]) work(p *partition) {
 				step = batch[:1]
 				c.suspectMu.Lock()
 			}
-			if !c.beforeRun(p, step[0], &bo) {
+			if !c.beforeRun(p, step[0].rec, &bo) {
 				if suspect {
 					c.suspectMu.Unlock()
 				}
@@ -205,7 +218,7 @@ func (c *Consumer[TTx]) work(p *partition) {
 			batch = batch[n:]
 			if n > 0 {
 				bo.reset()
-				c.afterDone(p, step[n-1])
+				c.afterDone(p, step[n-1].rec)
 			}
 			if len(batch) == 0 {
 				break
@@ -220,14 +233,6 @@ func (c *Consumer[TTx]) work(p *partition) {
 	}
 }
 
-// redelivered reports whether the record at offset may have been
-// delivered before: it came in the first fetch after the assignment.
-func (p *partition) redelivered(offset int64) bool {
-	p.qmu.Lock()
-	defer p.qmu.Unlock()
-	return p.fetched && offset <= p.firstFetch
-}
-
 // attempt tries recs once, in order, through the delivery loop's Handle,
 // which settles the records done through the partition's source: it marks
 // them for commit. It returns how many records from the start are done
@@ -237,10 +242,10 @@ func (p *partition) redelivered(offset int64) bool {
 // delivery's), or the streak breaker is open: not an attempt, never a
 // reason to dead-letter. Otherwise (abandoned, or an earlier record was
 // dead-lettered just now) the rest are tried at once.
-func (c *Consumer[TTx]) attempt(p *partition, recs []*kgo.Record) (done int, wait bool) {
+func (c *Consumer[TTx]) attempt(p *partition, recs []*record) (done int, wait bool) {
 	rs := make([]*record, len(recs))
 	for i, r := range recs {
-		rs[i] = p.record(r)
+		rs[i] = r.fresh()
 	}
 	h := c.loop.Handle(p.ctx, partitionSource[TTx]{c, p}, rs)
 	return h.Done, h.Retried
@@ -269,9 +274,14 @@ func (partitionSource[TTx]) Retry(context.Context, *record, time.Duration) {}
 // Release leaves rs to the partition's next owner.
 func (partitionSource[TTx]) Release(context.Context, []*record) {}
 
-// record wraps r for the delivery policy.
+// record wraps r for the delivery policy; enqueue sets its
+// Source.Redelivered.
 func (p *partition) record(r *kgo.Record) *record {
-	m := message(r)
-	m.Source.Redelivered = p.redelivered(r.Offset)
-	return &record{rec: r, tr: inboxtransport.Delivery{Message: m, Track: p.track + strconv.FormatInt(r.Offset, 10)}}
+	return &record{rec: r, tr: inboxtransport.Delivery{Message: message(r), Track: p.track + strconv.FormatInt(r.Offset, 10)}}
+}
+
+// fresh returns r as it was queued, with none of the delivery state of an
+// earlier attempt: each attempt settles its own records once.
+func (r *record) fresh() *record {
+	return &record{rec: r.rec, tr: inboxtransport.Delivery{Message: r.tr.Message, Track: r.tr.Track}}
 }

@@ -43,11 +43,12 @@ func (p *partition) source() string {
 // dead-letters the first record when it has crashed its consumers
 // MaxCrashes times in a row. It returns the records left to process, and
 // false when the worker must stop.
-func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff) ([]*kgo.Record, bool) {
+func (c *Consumer[TTx]) takeover(p *partition, batch []*record, bo *backoff) ([]*record, bool) {
 	if c.cfg.MaxCrashes < 0 || len(batch) == 0 {
 		return batch, true
 	}
-	first := batch[0]
+	r := batch[0].fresh()
+	first := r.rec
 	var tk inboxtransport.Takeover
 	for {
 		var err error
@@ -66,7 +67,6 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*kgo.Record, bo *backoff)
 		cause := fmt.Errorf("inboxkafka: the consumer went down %d times in a row with this record first, and never got past it", crashes)
 		c.logger.ErrorContext(p.ctx, "inboxkafka: dead-lettering a record that crashes its consumer, without running its handler",
 			"topic", first.Topic, "partition", first.Partition, "offset", first.Offset, "crashes", crashes)
-		r := p.record(first)
 		msg := r.tr.Message
 		if keyed, err := c.client.Key(c.cfg.Key, msg); err == nil {
 			msg = keyed
