@@ -3,6 +3,7 @@ package inboxkafka
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -82,4 +83,35 @@ func TestBackoff(t *testing.T) {
 	d := b.next()
 	require.GreaterOrEqual(t, d, 5*time.Millisecond)
 	require.LessOrEqual(t, d, 10*time.Millisecond)
+}
+
+// TestQueuedRecords: enqueue makes each record's message as it queues it;
+// the records of the first fetch after an assignment are marked as maybe
+// delivered before (to the partition's previous owner), later ones are
+// not; and each attempt takes a fresh copy, with no settled state.
+func TestQueuedRecords(t *testing.T) {
+	t.Parallel()
+	p := newPartition(context.Background(), topicPartition{"orders", 3}, 7)
+	defer p.cancel()
+	rec := func(offset int64) *kgo.Record {
+		return &kgo.Record{Topic: "orders", Partition: 3, Offset: offset, Value: []byte("v"),
+			Headers: []kgo.RecordHeader{{Key: "event-id", Value: []byte("e")}}}
+	}
+	p.enqueue([]*kgo.Record{rec(10), rec(11)}, 100, func() { t.Fatal("paused under the limit") })
+	p.enqueue([]*kgo.Record{rec(12)}, 100, func() { t.Fatal("paused under the limit") })
+	batch, ok := p.take(10, 100, func() {})
+	require.True(t, ok)
+	require.Len(t, batch, 3)
+	for i, want := range []bool{true, true, false} {
+		m := batch[i].tr.Message
+		require.Equal(t, want, m.Source.Redelivered, "offset %d", m.Source.Offset)
+		require.Equal(t, int64(10+i), m.Source.Offset)
+		require.Equal(t, map[string]string{"event-id": "e"}, m.Headers)
+		require.Equal(t, "kafka:orders/3#7@"+strconv.Itoa(10+i), batch[i].tr.Track)
+	}
+	first := batch[0].fresh()
+	first.tr.Message.ID = "changed"
+	require.True(t, first.tr.Message.Source.Redelivered)
+	require.Empty(t, batch[0].tr.Message.ID, "an attempt's copy changed the queued record")
+	require.NotSame(t, first, batch[0].fresh())
 }
