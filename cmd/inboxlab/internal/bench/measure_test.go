@@ -171,14 +171,15 @@ func TestPhases(t *testing.T) {
 	}
 	// The rows that need no background resource first, bare and what is
 	// compared with it among them; kafka with watermill-sql, whose ratio
-	// compares them; each broker with its pair.
+	// compares them; each broker with its pair, and the store's batch
+	// claim measured again in its phase.
 	require.Len(t, got, 4)
 	require.Contains(t, got[0], "[] bare check-then-insert redis-setnx inbox inbox-handler")
 	require.Contains(t, got[0], "outbox-enqueue-1")
 	require.Contains(t, got[0], "watermill-middleware")
-	require.Equal(t, "[kafka, watermill-sql] kafka-bare-ack kafka-inbox-batch-100 watermill-sql-exactly-once", got[1])
-	require.Equal(t, "[nats] nats-bare-ack nats-inbox-batch-100", got[2])
-	require.Equal(t, "[rabbitmq] rabbitmq-bare-ack rabbitmq-inbox-batch-100", got[3])
+	require.Equal(t, "[kafka, watermill-sql] kafka-bare-ack kafka-inbox-batch-100 kafka-phase-inbox-batch-100 watermill-sql-exactly-once", got[1])
+	require.Equal(t, "[nats] nats-bare-ack nats-inbox-batch-100 nats-phase-inbox-batch-100", got[2])
+	require.Equal(t, "[rabbitmq] rabbitmq-bare-ack rabbitmq-inbox-batch-100 rabbitmq-phase-inbox-batch-100", got[3])
 	for _, r := range rows {
 		for _, res := range r.needs {
 			if res.background {
@@ -209,6 +210,13 @@ func TestBrokerTarget(t *testing.T) {
 		0.7, false, "the bare loop is the slower: 0.6, 0.8, 0.7")
 	_, ok := got["kafka-inbox-batch-100 ÷ min(kafka-bare-ack, inbox-batch-100), msgs/s at 1 worker (≥ 0.8)"]
 	require.False(t, ok, "no kafka rows, no kafka target")
+	_, ok = got["rabbitmq-inbox-batch-100 ÷ min(rabbitmq-bare-ack, rabbitmq-phase-inbox-batch-100), msgs/s at 1 worker (report only: the claim measured in the same phase)"]
+	require.False(t, ok, "no claim measured in rabbitmq's phase, no same-phase ratio")
+
+	// The claim measured again beside the inbox row, in its phase.
+	rep.Results = append(rep.Results, res("nats-phase-inbox-batch-100", 200, 100, 100))
+	requireTarget(t, targetsByName(rep), "nats-inbox-batch-100 ÷ min(nats-bare-ack, nats-phase-inbox-batch-100), msgs/s at 1 worker (report only: the claim measured in the same phase)",
+		0.8, true, "the claim in the same phase is the slower: the median of 0.45, 1.6 and 0.8")
 }
 
 // The CPU lines of a broker whose server runs in this process say how busy

@@ -86,6 +86,12 @@ var rows = []*row{
 	{name: "nats-inbox-batch-100", batch: brokerBatch, postgres: true, inbox: true, needs: []*resource{natsResource}, op: natsInboxBatch},
 	{name: "rabbitmq-bare-ack", batch: brokerBatch, needs: []*resource{rabbitResource}, op: rabbitBareAck},
 	{name: "rabbitmq-inbox-batch-100", batch: brokerBatch, postgres: true, inbox: true, needs: []*resource{rabbitResource}, op: rabbitInboxBatch},
+	// inbox-batch-100 again, in each broker's phase (its ratio group),
+	// with the broker quiet: the store's batch claim measured round by
+	// round beside the broker's rows, not minutes before them.
+	{name: "kafka-phase-inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
+	{name: "nats-phase-inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
+	{name: "rabbitmq-phase-inbox-batch-100", batch: 100, postgres: true, inbox: true, op: inboxBatch},
 	// Watermill's exactly-once answer beside the inbox on a Watermill
 	// Router, and the middleware's cost (watermill.go).
 	{name: "watermill-sql-exactly-once", batch: brokerBatch, postgres: true, needs: []*resource{watermillSQLResource}, op: watermillSQLExactlyOnce},
