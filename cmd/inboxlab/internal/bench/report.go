@@ -568,12 +568,13 @@ func (r *Report) brokerRatios(get func(name string, workers int) *Result) []Rati
 
 // cpuRatios say where the cores' time goes in an inbox row x and its bare
 // row bare, whose broker runs in this process, so that the client CPU
-// counts all but Postgres (report only): the share of the machine's cores that each kept
-// busy, msgs/s × CPU per message (this process's and the Postgres
-// backends') ÷ cores; and bare's CPU per message ÷ x's, which is what x ÷
-// bare would be if both kept the cores equally busy. When that is below a
-// target, the target asks x to use the cores better than the bare loop
-// does: no change to the adapter reaches it, only less CPU per message.
+// counts all but Postgres's (report only): the share of the machine's
+// cores that each kept busy, msgs/s × CPU per message (this process's and
+// the Postgres backends') ÷ cores; and bare's CPU per message ÷ x's, which
+// is what x ÷ bare would be if both kept the cores equally busy. When that
+// is below a target, the target asks x to use the cores better than the
+// bare loop does: no change to the adapter reaches it, only less CPU per
+// message.
 func (r *Report) cpuRatios(x, bare *Result) []Ratio {
 	cpu := func(res *Result) float64 {
 		if res == nil || res.ClientCPUUsPerMsg == nil {
