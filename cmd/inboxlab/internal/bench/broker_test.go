@@ -69,7 +69,14 @@ func TestBrokerRows(t *testing.T) {
 	var ratios, targets []string
 	cores := strconv.Itoa(rep.Machine.CPUs)
 	for _, r := range rep.Targets {
-		require.Positive(t, r.Value, "%s", r.Name)
+		if strings.Contains(r.Name, "CPU per msg") {
+			// The CPU lines: in a run this short, the bare loop's CPU
+			// per message can be a few hundredths of the inbox row's,
+			// and the ratio, or a share of the cores, round to 0.
+			require.GreaterOrEqual(t, r.Value, 0.0, "%s", r.Name)
+		} else {
+			require.Positive(t, r.Value, "%s", r.Name)
+		}
 		if r.ReportOnly {
 			ratios = append(ratios, r.Name)
 			require.True(t, r.Met)
