@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -54,29 +55,16 @@ func runDeadLetters(ctx context.Context, e *Env, args []string) error {
 			if err != nil {
 				return err
 			}
-			if *asJSON {
-				out := make([]deadLetterJSON, 0, len(ds))
-				for _, d := range ds {
-					out = append(out, toJSON(d))
-				}
-				return json.NewEncoder(e.Stdout).Encode(out)
-			}
-			if len(ds) == 0 {
-				fmt.Fprintln(e.Stdout, "no dead letters")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tCONSUMER\tMESSAGE\tREASON\tATTEMPTS\tLAST SEEN\tSOURCE")
 			now := time.Now()
-			for _, d := range ds {
-				msg := d.MessageID
-				if msg == "" {
-					msg = "(no valid id)"
-				}
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%s ago\t%s\n", d.ID, command.Text(d.Consumer), command.Text(msg), command.Text(d.Reason), d.Attempts,
-					duration.Format(now.Sub(d.LastSeen).Round(time.Second)), command.Text(source(d)))
-			}
-			return tw.Flush()
+			return printRows(e.Stdout, ds, *asJSON, toJSON, "no dead letters",
+				"ID\tCONSUMER\tMESSAGE\tREASON\tATTEMPTS\tLAST SEEN\tSOURCE", func(d *inboxtype.DeadLetter) string {
+					msg := d.MessageID
+					if msg == "" {
+						msg = "(no valid id)"
+					}
+					return fmt.Sprintf("%d\t%s\t%s\t%s\t%d\t%s ago\t%s", d.ID, command.Text(d.Consumer), command.Text(msg), command.Text(d.Reason), d.Attempts,
+						duration.Format(now.Sub(d.LastSeen).Round(time.Second)), command.Text(source(d)))
+				})
 		})
 	case "show", "delete":
 		fs := command.NewFlags(e, "deadletters "+sub, "deadletters "+sub+" ID"+map[bool]string{true: " [--dry-run]"}[sub == "delete"]+" [flags]")
@@ -240,6 +228,29 @@ func withAdmin(ctx context.Context, e *Env, sf *storeFlags, base *inbox.Config, 
 		return err
 	}
 	return s.explain(ctx, fn(c))
+}
+
+// printRows prints a list command's rows: with asJSON one JSON array of
+// toJSON's values (empty, not null, when there are none); else a table of
+// header and a line a row, or empty alone when there are no rows.
+func printRows[T, J any](w io.Writer, rows []T, asJSON bool, toJSON func(T) J, empty, header string, line func(T) string) error {
+	if asJSON {
+		out := make([]J, 0, len(rows))
+		for _, r := range rows {
+			out = append(out, toJSON(r))
+		}
+		return json.NewEncoder(w).Encode(out)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(w, empty)
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, line(r))
+	}
+	return tw.Flush()
 }
 
 func source(d *inboxtype.DeadLetter) string {

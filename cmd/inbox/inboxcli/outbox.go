@@ -131,25 +131,12 @@ func runOutboxList(ctx context.Context, e *Env, args []string) error {
 		if err != nil {
 			return fmt.Errorf("list the outbox: %w", err)
 		}
-		if *asJSON {
-			out := make([]outboxRowJSON, 0, len(rows))
-			for _, r := range rows {
-				out = append(out, outboxJSON(r))
-			}
-			return json.NewEncoder(e.Stdout).Encode(out)
-		}
-		if len(rows) == 0 {
-			fmt.Fprintln(e.Stdout, "no events")
-			return nil
-		}
-		tw := tabwriter.NewWriter(e.Stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tTOPIC\tKEY\tSTATE\tREJECTIONS\tAGE\tLAST ERROR")
 		now := time.Now()
-		for _, r := range rows {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.ID, command.Text(r.Topic), command.Text(command.Clip(string(r.Key), 24)), rowState(r), r.Attempts,
-				duration.Format(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
-		}
-		return tw.Flush()
+		return printRows(e.Stdout, rows, *asJSON, outboxJSON, "no events",
+			"ID\tTOPIC\tKEY\tSTATE\tREJECTIONS\tAGE\tLAST ERROR", func(r *inboxdriver.OutboxRow) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s", r.ID, command.Text(r.Topic), command.Text(command.Clip(string(r.Key), 24)), rowState(r), r.Attempts,
+					duration.Format(now.Sub(r.CreatedAt).Round(time.Second)), command.Text(command.Clip(command.OneLine(r.LastError), 60)))
+			})
 	})
 }
 
