@@ -247,7 +247,9 @@ type bench struct {
 	workers []*worker
 	rows    []*row
 
-	cpu    *cpuMeter
+	cpu *cpuMeter
+	// txs times the broker rows' inbox transactions.
+	txs    txClock
 	pg     *pgStore
 	redis  *redisStore
 	sqlite *sqliteStore

@@ -36,12 +36,14 @@ const brokerBatch = 100
 
 // tracker tells the workers of a broker row when the messages they sent
 // are done. It is also the inbox client's Observer: a message is done when
-// a transaction that claimed it committed.
+// a transaction that claimed it committed; and it passes the
+// transactions on to clock, when set.
 type tracker struct {
 	mu      sync.Mutex
 	waiting map[string]*batchWait
 	err     error
 	failed  chan struct{}
+	clock   *txClock
 }
 
 // batchWait is one operation's messages, until they are all done.
@@ -153,6 +155,9 @@ func (t *tracker) TxStart(ctx context.Context, _ string, msgs []inbox.Message) c
 
 // TxEnd marks the messages of a committed transaction done.
 func (t *tracker) TxEnd(ctx context.Context, e *inbox.TxEvent) {
+	if t.clock != nil {
+		t.clock.TxEnd(ctx, e)
+	}
 	if e.Err != nil {
 		return // a failed batch is retried, or its messages one by one
 	}
@@ -170,13 +175,13 @@ func (t *tracker) DeadLettered(_ context.Context, e *inbox.DeadLetterEvent) {
 var _ inbox.Observer = (*tracker)(nil)
 
 // observedClient returns an inbox client over the run's inbox and pool
-// that tells t about its transactions.
-func observedClient(b *bench, t *tracker) (*inbox.Client[pgx.Tx], error) {
+// that tells obs about its transactions.
+func observedClient(b *bench, obs inbox.Observer) (*inbox.Client[pgx.Tx], error) {
 	d, err := inboxpgx.New(b.pool, &inboxpgx.Config{Tables: inboxdriver.Tables{Schema: b.schema}})
 	if err != nil {
 		return nil, err
 	}
-	return inbox.NewClient(d, &inbox.Config{Observer: t})
+	return inbox.NewClient(d, &inbox.Config{Observer: obs})
 }
 
 // lane is one broker row's destinations (subjects, queues), one per
@@ -190,6 +195,7 @@ type lane struct {
 // and the worker's index.
 func newLane(b *bench, prefix string) lane {
 	l := lane{names: make([]string, b.maxW), t: newTracker()}
+	l.t.clock = &b.txs
 	for i := range l.names {
 		l.names[i] = prefix + strconv.Itoa(i)
 	}

@@ -65,6 +65,15 @@ func TestBrokerRows(t *testing.T) {
 		} else {
 			require.Nil(t, res.WALBytesPerMsg, "%s touches no database", res.Name)
 		}
+		if res.Name != "inbox-batch-100" && strings.HasSuffix(res.Name, "-inbox-batch-100") {
+			// The consumer's transactions were timed.
+			require.NotNil(t, res.TxUsPerMsg, "%s", res.Name)
+			require.Positive(t, *res.TxUsPerMsg, "%s", res.Name)
+			require.NotNil(t, res.TxMsgsPerTx, "%s", res.Name)
+			require.InDelta(t, 50.5, *res.TxMsgsPerTx, 49.5, "%s: between 1 and the batch", res.Name)
+		} else {
+			require.Nil(t, res.TxUsPerMsg, "%s has no consumer of its own", res.Name)
+		}
 	}
 	var ratios, targets []string
 	cores := strconv.Itoa(rep.Machine.CPUs)

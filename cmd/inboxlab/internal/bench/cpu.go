@@ -6,9 +6,12 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/txinbox/inbox"
 )
 
 // cpuMeter reads the CPU time spent by this process and by the server
@@ -85,12 +88,36 @@ func (m *cpuMeter) server() (time.Duration, bool) {
 // client returns the CPU time of this process so far.
 func (m *cpuMeter) client() time.Duration { return processCPU() }
 
+// txClock adds up the inbox transactions of the broker rows' consumers
+// that committed, as their clients' Observers report them: how many, their
+// messages, and the time they took (claim, handlers and commit).
+type txClock struct{ txs, msgs, nanos atomic.Int64 }
+
+func (c *txClock) TxStart(ctx context.Context, _ string, _ []inbox.Message) context.Context {
+	return ctx
+}
+
+func (c *txClock) TxEnd(_ context.Context, e *inbox.TxEvent) {
+	if e.Err == nil {
+		c.txs.Add(1)
+		c.msgs.Add(int64(e.Messages))
+		c.nanos.Add(int64(e.Claim + e.Handler + e.Commit))
+	}
+}
+
+func (c *txClock) DeadLettered(context.Context, *inbox.DeadLetterEvent) {}
+
+var _ inbox.Observer = (*txClock)(nil)
+
 // mark is the state of the counters at one moment.
 type mark struct {
 	lsn      int64
 	server   time.Duration
 	serverOK bool
 	client   time.Duration
+	txs      int64
+	txMsgs   int64
+	txTime   time.Duration
 }
 
 // mark reads the WAL position and the CPU counters.
@@ -100,7 +127,7 @@ func (b *bench) mark(ctx context.Context) (mark, error) {
 		return mark{}, err
 	}
 	srv, ok := b.cpu.server()
-	return mark{lsn: lsn, server: srv, serverOK: ok, client: b.cpu.client()}, nil
+	return mark{lsn: lsn, server: srv, serverOK: ok, client: b.cpu.client(), txs: b.txs.txs.Load(), txMsgs: b.txs.msgs.Load(), txTime: time.Duration(b.txs.nanos.Load())}, nil
 }
 
 // usage is what a measurement cost.
@@ -109,8 +136,14 @@ type usage struct {
 	server   time.Duration
 	serverOK bool
 	client   time.Duration
+	// txs, txMsgs and txTime are the broker rows' inbox transactions
+	// that committed, their messages, and the time they took (txClock).
+	txs    int64
+	txMsgs int64
+	txTime time.Duration
 }
 
 func since(a, z mark) usage {
-	return usage{wal: z.lsn - a.lsn, server: z.server - a.server, serverOK: a.serverOK && z.serverOK, client: z.client - a.client}
+	return usage{wal: z.lsn - a.lsn, server: z.server - a.server, serverOK: a.serverOK && z.serverOK, client: z.client - a.client,
+		txs: z.txs - a.txs, txMsgs: z.txMsgs - a.txMsgs, txTime: z.txTime - a.txTime}
 }

@@ -106,7 +106,7 @@ func (b *bench) runIDs(ctx context.Context, rng *rand.Rand) (*IDsResult, error) 
 			f.WALBytesPerMsg = round1(max(slices.Min(s.c.wal), 0))
 		}
 		if s.c.serverOK {
-			f.ServerCPUUsPerMsg = cpuPerMsg(s.c.server, s.c.msgs)
+			f.ServerCPUUsPerMsg = usPerMsg(s.c.server, s.c.msgs)
 		}
 		var err error
 		if f.InboxBytesPerRow, err = b.bytesPerRow(ctx, s.table); err != nil {

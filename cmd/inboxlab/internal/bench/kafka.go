@@ -89,7 +89,12 @@ func (k *kafkaStore) open(ctx context.Context, b *bench, c *cleanup) error {
 		return err
 	}
 	c.add(k.consumer.CloseAllowingRebalance)
-	consumer, err := inboxkafka.New[pgx.Tx](k.consumer, b.pg.client, b.pg.batchHandler, &inboxkafka.Config{
+	// Its client times its transactions; OnResult tells the row's workers.
+	client, err := observedClient(b, &b.txs)
+	if err != nil {
+		return err
+	}
+	consumer, err := inboxkafka.New[pgx.Tx](k.consumer, client, b.pg.batchHandler, &inboxkafka.Config{
 		Consumer: "bench-kafka", Key: broker.EventIDKey,
 		Settings: inboxtransport.Settings{MaxBatch: 100, OnResult: k.observe},
 	})

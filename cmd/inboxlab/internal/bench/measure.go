@@ -171,6 +171,11 @@ type cell struct {
 	// when the server's could not be read.
 	server, client time.Duration
 	serverOK       bool
+	// txs, txMsgs and txTime are a timed row's transactions that
+	// committed, their messages, and the time they took.
+	txs    int64
+	txMsgs int64
+	txTime time.Duration
 }
 
 func (c *cell) add(r run, u usage) {
@@ -184,10 +189,14 @@ func (c *cell) add(r run, u usage) {
 	c.serverOK = u.serverOK && (c.serverOK || len(c.rates) == 1)
 	c.server += u.server
 	c.client += u.client
+	c.txs += u.txs
+	c.txMsgs += u.txMsgs
+	c.txTime += u.txTime
 }
 
-// cpuPerMsg returns d over msgs messages in microseconds.
-func cpuPerMsg(d time.Duration, msgs int64) *float64 {
+// usPerMsg returns d (CPU or transaction time) over msgs messages, in
+// microseconds.
+func usPerMsg(d time.Duration, msgs int64) *float64 {
 	if msgs == 0 {
 		return nil
 	}
@@ -257,9 +266,15 @@ func (b *bench) runRows(ctx context.Context, rng *rand.Rand) ([]Result, error) {
 			res.InboxBytesPerRow = ptr(inboxBytes)
 		}
 		if c.row.postgres && c.serverOK {
-			res.ServerCPUUsPerMsg = cpuPerMsg(c.server, c.msgs)
+			res.ServerCPUUsPerMsg = usPerMsg(c.server, c.msgs)
 		}
-		res.ClientCPUUsPerMsg = cpuPerMsg(c.client, c.msgs)
+		res.ClientCPUUsPerMsg = usPerMsg(c.client, c.msgs)
+		if c.row.timed {
+			res.TxUsPerMsg = usPerMsg(c.txTime, c.txMsgs)
+			if c.txs > 0 {
+				res.TxMsgsPerTx = ptr(round1(float64(c.txMsgs) / float64(c.txs)))
+			}
+		}
 		results = append(results, res)
 	}
 	return results, nil

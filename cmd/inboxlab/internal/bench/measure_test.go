@@ -249,6 +249,45 @@ func TestBrokerCPUTargets(t *testing.T) {
 	}
 }
 
+// The transaction lines compare a broker's inbox row's timed transactions
+// with the store's batch claim in the same phase; a row whose
+// transactions were not timed gets none.
+func TestBrokerTxTargets(t *testing.T) {
+	t.Parallel()
+	v := func(v float64) *float64 { return &v }
+	rep := &Report{
+		Results: []Result{
+			{Name: "kafka-bare-ack", Workers: 1, Batch: 100, MsgsPerS: 300000},
+			{Name: "kafka-inbox-batch-100", Workers: 1, Batch: 100, MsgsPerS: 50000, TxUsPerMsg: v(18), TxMsgsPerTx: v(100)},
+			{Name: "kafka-phase-inbox-batch-100", Workers: 1, Batch: 100, MsgsPerS: 60000},
+			{Name: "rabbitmq-bare-ack", Workers: 8, Batch: 100, MsgsPerS: 20000},
+			{Name: "rabbitmq-inbox-batch-100", Workers: 8, Batch: 100, MsgsPerS: 16000, TxUsPerMsg: v(150), TxMsgsPerTx: v(25)},
+			{Name: "rabbitmq-phase-inbox-batch-100", Workers: 8, Batch: 100, MsgsPerS: 100000},
+			{Name: "nats-bare-ack", Workers: 1, Batch: 100, MsgsPerS: 50000},
+			{Name: "nats-inbox-batch-100", Workers: 1, Batch: 100, MsgsPerS: 40000},
+			{Name: "nats-phase-inbox-batch-100", Workers: 1, Batch: 100, MsgsPerS: 80000},
+		},
+		Machine: Machine{CPUs: 2},
+	}
+	got := targetsByName(rep)
+	requireTarget(t, got, "kafka-inbox-batch-100's transactions ÷ kafka-phase-inbox-batch-100's, time per msg on a worker at 1 worker (report only: the store's work beside the broker's, in transactions of their own size)",
+		1.08, true, "18 µs against 1 worker ÷ 60000/s")
+	requireTarget(t, got, "kafka-inbox-batch-100, share of its workers' time inside their transactions (transaction time per msg × msgs/s ÷ workers) at 1 worker (report only)",
+		0.9, true, "18 µs × 50000/s on 1 worker")
+	requireTarget(t, got, "kafka-inbox-batch-100's messages per transaction ÷ kafka-phase-inbox-batch-100's batch at 1 worker (report only: below 1, each commit is shared by fewer messages)",
+		1, true, "100 a transaction, as the batch")
+	requireTarget(t, got, "rabbitmq-inbox-batch-100's transactions ÷ rabbitmq-phase-inbox-batch-100's, time per msg on a worker at 8 workers (report only: the store's work beside the broker's, in transactions of their own size)",
+		1.88, true, "150 µs against 8 workers ÷ 100000/s")
+	requireTarget(t, got, "rabbitmq-inbox-batch-100, share of its workers' time inside their transactions (transaction time per msg × msgs/s ÷ workers) at 8 workers (report only)",
+		0.3, true, "150 µs × 16000/s on 8 workers")
+	requireTarget(t, got, "rabbitmq-inbox-batch-100's messages per transaction ÷ rabbitmq-phase-inbox-batch-100's batch at 8 workers (report only: below 1, each commit is shared by fewer messages)",
+		0.25, true, "25 a transaction against 100")
+	for name := range got {
+		require.NotContains(t, name, "nats-inbox-batch-100's", "its transactions were not timed")
+		require.NotContains(t, name, "nats-inbox-batch-100, share of its workers'", "its transactions were not timed")
+	}
+}
+
 // targetsByName returns rep's targets by name.
 func targetsByName(rep *Report) map[string]Ratio {
 	got := map[string]Ratio{}

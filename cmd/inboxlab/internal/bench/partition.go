@@ -154,8 +154,8 @@ func (b *bench) compareClaims(ctx context.Context, s *retentionSetup, res *Parti
 		res.ClaimsRatio = round2(res.PartitionedClaims.MsgsPerS / res.PlainClaims.MsgsPerS)
 	}
 	if plainCPU.serverOK && partCPU.serverOK {
-		res.PlainServerCPUUsPerClaim = cpuPerMsg(plainCPU.server, res.PlainClaims.Msgs)
-		res.PartitionedServerCPUUsPerClaim = cpuPerMsg(partCPU.server, res.PartitionedClaims.Msgs)
+		res.PlainServerCPUUsPerClaim = usPerMsg(plainCPU.server, res.PlainClaims.Msgs)
+		res.PartitionedServerCPUUsPerClaim = usPerMsg(partCPU.server, res.PartitionedClaims.Msgs)
 	}
 	return nil
 }

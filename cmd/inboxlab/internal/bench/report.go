@@ -69,6 +69,15 @@ type Result struct {
 	// where they cannot be read (a remote server).
 	ServerCPUUsPerMsg *float64 `json:"server_cpu_us_per_msg,omitempty"`
 	ClientCPUUsPerMsg *float64 `json:"client_cpu_us_per_msg,omitempty"`
+	// TxUsPerMsg is, for a broker's inbox row, the time its consumer's
+	// inbox transactions took (claim, handlers and commit) over the
+	// messages they committed, in microseconds: the store's part of the
+	// row, as it ran beside the broker.
+	TxUsPerMsg *float64 `json:"tx_us_per_msg,omitempty"`
+	// TxMsgsPerTx is the mean number of messages in those transactions:
+	// a commit costs about the same whatever the transaction's size, so
+	// the fewer messages share it, the more each one pays.
+	TxMsgsPerTx *float64 `json:"tx_msgs_per_tx,omitempty"`
 }
 
 // Skipped is a row left out of the run, and why.
@@ -557,6 +566,7 @@ func (r *Report) brokerRatios(get func(name string, workers int) *Result) []Rati
 		v := max(rateRatio(p.x, p.bare), rateRatio(p.x, claim))
 		out = append(out, Ratio{Name: fmt.Sprintf("%s ÷ min(%s, %s), %s (report only: the claim measured in the same phase)", p.x.Name, p.bare.Name, claim.Name, at(p.x.Workers)),
 			Value: round2(v), Met: true, ReportOnly: true})
+		out = append(out, txRatios(p.x, claim)...)
 	}
 	for _, p := range pairs {
 		if slices.Contains(r.Settings.InProcessBrokers, strings.TrimSuffix(p.x.Name, "-inbox-batch-100")) {
@@ -600,6 +610,34 @@ func (r *Report) cpuRatios(x, bare *Result) []Ratio {
 			Value: round2(cb / cx), Met: true, ReportOnly: true},
 		busy(x, cx), busy(bare, cb),
 	}
+}
+
+// txRatios say how the transactions of x, a broker's inbox row, compare
+// with claim, the same transactions measured alone in x's phase (report
+// only): x's transaction time per message ÷ claim's time per message on
+// a worker (the same work, slowed by the broker's beside it on the same
+// cores: a ratio above 1 is time the adapter cannot win back by
+// overlapping); and the share of x's workers' time spent inside their
+// transactions (the rest is the adapter's and the broker's); and how many
+// messages x's transactions held, against claim's batch.
+func txRatios(x, claim *Result) []Ratio {
+	if x.TxUsPerMsg == nil || *x.TxUsPerMsg <= 0 || claim.MsgsPerS <= 0 || x.Workers <= 0 {
+		return nil
+	}
+	tx := *x.TxUsPerMsg
+	at := fmt.Sprintf("at %d %s", x.Workers, workersWord(x.Workers))
+	alone := 1e6 * float64(claim.Workers) / claim.MsgsPerS // µs a worker spends per message
+	out := []Ratio{
+		{Name: fmt.Sprintf("%s's transactions ÷ %s's, time per msg on a worker %s (report only: the store's work beside the broker's, in transactions of their own size)", x.Name, claim.Name, at),
+			Value: round2(tx / alone), Met: true, ReportOnly: true},
+		{Name: fmt.Sprintf("%s, share of its workers' time inside their transactions (transaction time per msg × msgs/s ÷ workers) %s (report only)", x.Name, at),
+			Value: round2(tx * x.MsgsPerS / 1e6 / float64(x.Workers)), Met: true, ReportOnly: true},
+	}
+	if x.TxMsgsPerTx != nil && claim.Batch > 0 {
+		out = append(out, Ratio{Name: fmt.Sprintf("%s's messages per transaction ÷ %s's batch %s (report only: below 1, each commit is shared by fewer messages)", x.Name, claim.Name, at),
+			Value: round2(*x.TxMsgsPerTx / float64(claim.Batch)), Met: true, ReportOnly: true})
+	}
+	return out
 }
 
 // rateRatio is x's throughput over y's: the median over the rounds of the
