@@ -25,11 +25,12 @@ const (
 	ReasonUnknownOutcome = "unknown_outcome"
 	// ReasonCrashedConsumer is a message that took its consumer down (an
 	// out-of-memory kill, a panic on a goroutine the handler started,
-	// os.Exit in a dependency) every time it ran: it was the first message
-	// after several takeovers in a row, and none of them got past it. Its
-	// handler was not run the last time. Replaying the dead letter runs it
-	// again, deliberately. The transport adapters' takeover ledger
-	// (inboxtransport.Ledger) dead-letters it.
+	// os.Exit in a dependency) every time it ran: the takeover ledger
+	// (inboxtransport.Ledger) found it started by several consumers in a
+	// row that went down before they got past it. Its handler was not run
+	// the last time. Replaying the dead letter runs it again, deliberately.
+	// The transport adapters dead-letter it (inboxtransport.Settings's
+	// MaxCrashes).
 	ReasonCrashedConsumer = "crashed_consumer"
 )
 

@@ -16,16 +16,16 @@ const (
 	DefaultMaxPollRecords  = 1000
 	DefaultMaxBuffered     = 1000
 	DefaultMaxDeliveries   = inboxtransport.DefaultMaxDeliveries
-	DefaultMaxCrashes      = 3
 	DefaultRetryBackoff    = inboxtransport.DefaultRetryBackoff
 	DefaultMaxRetryBackoff = inboxtransport.DefaultMaxRetryBackoff
 	DefaultShutdownTimeout = inboxtransport.DefaultShutdownTimeout
+	DefaultMaxCrashes      = inboxtransport.DefaultMaxCrashes
 )
 
 // Config configures a Consumer. Consumer and Key are required; every other
 // field has a default. The knobs that every transport shares (MaxBatch,
-// MaxDeliveries, RetryBackoff, MaxRetryBackoff, ShutdownTimeout,
-// ReplayInterval, OnResult, Logger) are those of the embedded
+// MaxDeliveries, MaxCrashes, RetryBackoff, MaxRetryBackoff,
+// ShutdownTimeout, ReplayInterval, OnResult, Logger) are those of the embedded
 // inboxtransport.Settings; docs/TRANSPORTS.md has them in one table. Kafka
 // differs in these:
 //   - Workers must be 0: each assigned partition has a worker of its own,
@@ -34,8 +34,19 @@ const (
 //     transaction, in offset order (inbox.Client.ProcessBatchOrdered);
 //   - Kafka counts no deliveries: a record's attempts are counted in
 //     memory, per assignment of its partition, and a rebalance or a restart
-//     counts afresh (MaxCrashes bounds a record that takes its consumer
-//     down);
+//     counts afresh;
+//   - MaxCrashes, which bounds a record that takes its consumer down,
+//     cannot count on the broker to flag a redelivery: when a consumer
+//     takes a partition it records, in the store's takeover ledger, the
+//     record it is about to process first, and clears that only when it
+//     stops cleanly. Once the same record has been the first after
+//     MaxCrashes takeovers in a row that found the owner before gone
+//     down, it is dead-lettered with inbox.ReasonCrashedConsumer, without
+//     running its handler, and the partition moves on. After any crash the
+//     next owner processes 2×MaxBatch records one at a time, each offset
+//     committed at once, so that a crash is pinned to its record and the
+//     healthy records around it are applied. In steady state it costs one
+//     write per takeover and one at a clean stop, none per record;
 //   - a record that failed is tried again in place after RetryBackoff
 //     (doubling, with jitter, up to MaxRetryBackoff): its partition holds
 //     its place meanwhile;
@@ -69,23 +80,6 @@ type Config struct {
 	// DefaultMaxBuffered (1000), or MaxBatch when that is larger.
 	MaxBuffered int
 
-	// MaxCrashes bounds a record that takes its consumer down without
-	// returning an error (an out-of-memory kill, a panic on a goroutine
-	// the handler started, os.Exit in a dependency), which no attempt
-	// count in memory can see. When a consumer takes a partition it
-	// records, in the store's takeover ledger, the record it is about to
-	// process first, and clears that only when it stops cleanly; once the
-	// same record has been the first after MaxCrashes takeovers in a row
-	// that found the owner before gone down, it is dead-lettered with
-	// inbox.ReasonCrashedConsumer, without running its handler, and the
-	// partition moves on. After any crash the next owner processes
-	// 2×MaxBatch records one at a time, each offset committed at once, so
-	// that a crash is pinned to its record and the healthy records around
-	// it are applied. In steady state it costs one write per takeover and
-	// one at a clean stop, none per record. Negative turns the bound off.
-	// Defaults to DefaultMaxCrashes (3).
-	MaxCrashes int
-
 	// DeadLetterTopic, when set, is a topic to which a dead-lettered
 	// record is also produced, after it is stored in the dead-letter
 	// table and before its offset is committed. The copy keeps the
@@ -107,7 +101,6 @@ func (c *Config) withDefaults() Config {
 	out.Workers = workers
 	out.MaxPollRecords = cmp.Or(out.MaxPollRecords, DefaultMaxPollRecords)
 	out.MaxBuffered = cmp.Or(out.MaxBuffered, max(DefaultMaxBuffered, out.MaxBatch))
-	out.MaxCrashes = cmp.Or(out.MaxCrashes, DefaultMaxCrashes)
 	return out
 }
 

@@ -96,6 +96,9 @@ func New[TTx any](cl *kgo.Client, client *inbox.Client[TTx], h inbox.Handler[TTx
 		parts: make(map[topicPartition]*partition), commitKey: make(chan struct{}, 1)}
 	settings := cfg.Settings
 	settings.Workers = 1 // unused: each partition has a worker
+	// The takeover ledger bounds crashes per partition (takeover.go):
+	// Kafka flags no redelivery for the loop to suspect.
+	settings.MaxCrashes = -1
 	c.loop, err = inboxtransport.NewLoop(inboxtransport.LoopConfig[TTx, *record]{
 		Name: "inboxkafka", Client: client, Handler: h,
 		Consumer: cfg.Consumer, Key: cfg.Key, Settings: settings,

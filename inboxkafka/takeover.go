@@ -2,7 +2,6 @@ package inboxkafka
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -73,12 +72,12 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*record, bo *backoff) ([]
 			// The claim decides whether the record was applied after
 			// all, by an owner that went down after its commit: then it
 			// did not crash anything, and it is done.
-			applied, err := c.appliedBefore(p, msg)
+			applied, err := c.loop.AppliedBefore(p.ctx, msg)
 			for err != nil {
 				if !c.ledgerFailed(p, msg, "look a crashed record up in the inbox", err, bo) {
 					return nil, false
 				}
-				applied, err = c.appliedBefore(p, msg)
+				applied, err = c.loop.AppliedBefore(p.ctx, msg)
 			}
 			if applied {
 				bo.reset()
@@ -154,25 +153,6 @@ func (c *Consumer[TTx]) ledgerFailed(p *partition, msg inbox.Message, what strin
 	c.logger.DebugContext(p.ctx, "inboxkafka: could not "+what+"; trying again after a backoff",
 		"topic", p.tp.topic, "partition", p.tp.partition, "err", err)
 	return p.sleep(bo.next())
-}
-
-// errNotRun is what the handler of appliedBefore returns: it never runs
-// the user's handler.
-var errNotRun = errors.New("inboxkafka: a crashed record's handler is not run")
-
-// appliedBefore reports whether the inbox already holds msg: it claims the
-// id and rolls back, never running the handler.
-func (c *Consumer[TTx]) appliedBefore(p *partition, msg inbox.Message) (bool, error) {
-	out, err := c.client.Process(p.ctx, c.cfg.Consumer, msg, inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error {
-		return errNotRun
-	}))
-	switch {
-	case err == nil:
-		return out == inbox.Duplicate, nil
-	case errors.Is(err, errNotRun):
-		return false, nil
-	}
-	return false, err
 }
 
 // afterDone runs after the records up to last are done. After a crash it

@@ -26,7 +26,7 @@ const (
 
 // Config configures a Consumer. Stream, Durable, Consumer and Key are
 // required; every other field has a default. The knobs that every
-// transport shares (Workers, MaxBatch, MaxDeliveries, RetryBackoff,
+// transport shares (Workers, MaxBatch, MaxDeliveries, MaxCrashes, RetryBackoff,
 // MaxRetryBackoff, ShutdownTimeout, ReplayInterval, OnResult, Logger) are
 // those of the embedded inboxtransport.Settings; docs/TRANSPORTS.md has
 // them in one table. Here:

@@ -79,7 +79,13 @@
 //     not attempts, reached Config.MaxDeliveries (inbox.ReasonMaxAttempts).
 //     On the last delivery that the JetStream consumer's own MaxDeliver
 //     allows, a failure of its own dead-letters it whatever was excused:
-//     the server would not deliver it again.
+//     the server would not deliver it again;
+//   - it took its consumer process down, without an error, on
+//     Config.MaxCrashes deliveries in a row (inbox.ReasonCrashedConsumer):
+//     a delivery with NumDelivered above 1 that this process has not seen
+//     runs alone, marked in the store's takeover ledger (see
+//     inboxtransport.Settings). With MaxDeliver -1 nothing else would end
+//     that loop.
 //
 // It is terminated with TermWithReason on servers from 2.10.4, and with
 // Term on older ones, which ignore TermWithReason and would redeliver the

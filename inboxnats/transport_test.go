@@ -13,6 +13,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxnats"
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/outbox"
@@ -24,7 +25,7 @@ func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
 
 // transport is the suite's harness: a stream and a pull consumer of its
 // own per queue on the machine's server, with AckWait testAckWait.
-var transport = inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true}, newQueue, openQueue)
+var transport = inboxpgxtest.Transport("nats", transporttest.Features{Ordered: true, HoldTime: testAckWait, ProcessCrash: true, MaxCrashes: inboxtransport.DefaultMaxCrashes}, newQueue, openQueue)
 
 // testAckWait is the AckWait of the tests: short, so that redeliveries
 // come quickly; every wait on it polls a condition with a deadline.

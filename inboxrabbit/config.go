@@ -31,7 +31,7 @@ const MaxRetryBackoffLimit = 10 * time.Minute
 
 // Config configures a Consumer. Queue, Consumer and Key are required; every
 // other field has a default. The knobs that every transport shares
-// (Workers, MaxBatch, MaxDeliveries, RetryBackoff, MaxRetryBackoff,
+// (Workers, MaxBatch, MaxDeliveries, MaxCrashes, RetryBackoff, MaxRetryBackoff,
 // ShutdownTimeout, ReplayInterval, OnResult, Logger) are those of the
 // embedded inboxtransport.Settings; docs/TRANSPORTS.md has them in one
 // table. Here:

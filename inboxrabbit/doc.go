@@ -69,7 +69,12 @@
 //   - its handler returned an inbox.Permanent error (inbox.ReasonPermanent),
 //     at once;
 //   - its handler failed with a retryable error of its own on its
-//     Config.MaxDeliveries-th attempt (inbox.ReasonMaxAttempts).
+//     Config.MaxDeliveries-th attempt (inbox.ReasonMaxAttempts);
+//   - it took its consumer process down, without an error, on
+//     Config.MaxCrashes deliveries in a row (inbox.ReasonCrashedConsumer):
+//     a delivery flagged redelivered that this process has not seen runs
+//     alone, marked in the store's takeover ledger (see
+//     inboxtransport.Settings).
 //
 // The attempt is counted from the broker's count on quorum queues
 // (x-delivery-count), which holds across consumers and restarts, less the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxrabbit"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/outbox"
@@ -23,7 +24,7 @@ import (
 // asked for.
 func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
 
-var transport = inboxpgxtest.Transport("rabbitmq", transporttest.Features{Ordered: true, ProcessCrash: true}, newQueue, openQueue)
+var transport = inboxpgxtest.Transport("rabbitmq", transporttest.Features{Ordered: true, ProcessCrash: true, MaxCrashes: inboxtransport.DefaultMaxCrashes}, newQueue, openQueue)
 
 // queue is a queue of its own on the machine's broker.
 type queue struct {

@@ -63,7 +63,10 @@
 //   - its handler failed with a retryable error of its own on a receive
 //     whose ApproximateReceiveCount, less the receives of this consumer
 //     that were not attempts, reached Config.MaxDeliveries
-//     (inbox.ReasonMaxAttempts).
+//     (inbox.ReasonMaxAttempts);
+//   - it took its consumer process down, without an error, on
+//     Config.MaxCrashes receives in a row (inbox.ReasonCrashedConsumer;
+//     see below).
 //
 // With Config.DeadLetterQueueURL a copy is also sent to that queue, after
 // the store has it and before the original is deleted: a copy alone would
@@ -81,13 +84,14 @@
 //
 // A message whose handler takes the process down without returning an
 // error (an out-of-memory kill, os.Exit in a dependency) never reaches the
-// adapter's bound above: the process dies before it decides. SQS bounds it
-// itself, by ApproximateReceiveCount: give the queue a redrive policy whose
-// maxReceiveCount is above Config.MaxDeliveries (so that failures the
-// adapter sees are dead-lettered into the inbox's store first, with their
-// error), and SQS moves a message that crashed its consumers that many
-// times to the queue's dead-letter queue. Without a redrive policy SQS
-// redelivers it until its retention period ends.
+// adapter's bound above: the process dies before it decides. A delivery
+// whose ApproximateReceiveCount is above 1, and that this process has not
+// seen, is therefore run alone and marked in the store's takeover ledger;
+// once it has taken Config.MaxCrashes consumers down in a row it is
+// dead-lettered (inbox.ReasonCrashedConsumer) and deleted. A redrive
+// policy on the queue stays a backstop: give it a maxReceiveCount above
+// both Config.MaxDeliveries and Config.MaxCrashes + 1, so that the inbox's
+// store gets such a message first, with why.
 //
 // # FIFO queues
 //

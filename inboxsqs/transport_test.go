@@ -15,6 +15,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxsqs"
+	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
 	"github.com/txinbox/inbox/internal/testdb"
 	"github.com/txinbox/inbox/outbox"
@@ -26,7 +27,7 @@ import (
 // ApproximateReceiveCount that goaws does not keep.
 func TestTransport(t *testing.T) { transporttest.Exercise(t, transport) }
 
-var transport = inboxpgxtest.Transport("sqs", transporttest.Features{Ordered: true, HoldTime: testVisibility, ProcessCrash: true, Serial: true}, newQueue, openQueue)
+var transport = inboxpgxtest.Transport("sqs", transporttest.Features{Ordered: true, HoldTime: testVisibility, ProcessCrash: true, MaxCrashes: inboxtransport.DefaultMaxCrashes, Serial: true}, newQueue, openQueue)
 
 // queue is a queue on goaws; an ordered one is a FIFO queue with one
 // message group.

@@ -167,6 +167,11 @@ type Loop[TTx any, D Carrier] struct {
 	policy *Policy[TTx, D]
 	held   heldSet[D]
 	ran    atomic.Bool
+	// ledger marks the suspects while they run (Settings.MaxCrashes), one
+	// at a time across the consumer (suspects): a process that a suspect
+	// takes down then takes no other marked message down with it.
+	ledger   *Ledger
+	suspects sync.Mutex
 	// sequential: a worker receives its next batch only once the current
 	// one is settled (ReceiveAhead).
 	sequential bool
@@ -245,7 +250,13 @@ func NewLoop[TTx any, D Carrier](cfg LoopConfig[TTx, D]) (*Loop[TTx, D], error) 
 	if cfg.MaxReceiveBackoff <= 0 {
 		cfg.MaxReceiveBackoff = max(defaultMaxReceiveBackoff, cfg.ReceiveBackoff)
 	}
-	return &Loop[TTx, D]{cfg: cfg, policy: p}, nil
+	l := &Loop[TTx, D]{cfg: cfg, policy: p}
+	if cfg.MaxCrashes > 0 {
+		if l.ledger, err = NewLedger(cfg.Client, cfg.Consumer); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.Name, err)
+		}
+	}
+	return l, nil
 }
 
 // Policy returns the loop's Policy.
@@ -467,8 +478,54 @@ type Handled[D Carrier] struct {
 // rejects what was dead-lettered (after the fault point
 // AfterCommitBeforeAck), retries what may succeed later (in place with
 // RetryInPlace, else through src.Retry after its delay), releases what
-// shutdown cancelled, and returns the rest.
+// shutdown cancelled, and returns the rest. A suspect (Settings.MaxCrashes)
+// runs alone, marked in the takeover ledger (handleSuspect); the
+// deliveries between suspects run as batches, in their order. Ordered,
+// what follows a delivery that is not done is not attempted.
 func (l *Loop[TTx, D]) Handle(ctx context.Context, src Source[D], ds []D) Handled[D] {
+	if l.ledger == nil {
+		return l.handle(ctx, src, ds)
+	}
+	var h Handled[D]
+	done := true // every delivery so far is done
+	for len(ds) > 0 {
+		n, source := 0, ""
+		for ; n < len(ds); n++ {
+			var ok bool
+			if source, ok = l.suspect(ds[n]); ok {
+				break
+			}
+		}
+		var part []D
+		var ph Handled[D]
+		if n > 0 {
+			part, ds = ds[:n], ds[n:]
+			ph = l.handle(ctx, src, part)
+		} else {
+			part, ds = ds[:1], ds[1:]
+			ph = l.handleSuspect(ctx, src, part[0], source)
+		}
+		if done {
+			h.Done += ph.Done
+		}
+		done = done && ph.Done == len(part)
+		h.Again = append(h.Again, ph.Again...)
+		h.Retried, h.Wait = h.Retried || ph.Retried, max(h.Wait, ph.Wait)
+		if l.cfg.Ordered && !done && len(ds) > 0 {
+			// Their turn has not come: handed back unprocessed, their
+			// next delivery is no attempt of this one's.
+			for _, d := range ds {
+				l.policy.counts.excuse(d.Delivery().track())
+			}
+			h.Again = append(h.Again, ds...)
+			break
+		}
+	}
+	return h
+}
+
+// handle is Handle of a batch without suspects, or of one suspect.
+func (l *Loop[TTx, D]) handle(ctx context.Context, src Source[D], ds []D) Handled[D] {
 	var h Handled[D]
 	ss := l.policy.Process(ctx, ds, l.cfg.Ordered)
 	var ack, release []D

@@ -11,6 +11,7 @@ const (
 	DefaultWorkers         = 2
 	DefaultMaxBatch        = 50
 	DefaultMaxDeliveries   = 5
+	DefaultMaxCrashes      = 3
 	DefaultRetryBackoff    = time.Second
 	DefaultMaxRetryBackoff = time.Minute
 	DefaultShutdownTimeout = 10 * time.Second
@@ -49,6 +50,25 @@ type Settings struct {
 	// delivery, shutdown, the streak breaker open) are not attempts and
 	// never dead-letter. Defaults to DefaultMaxDeliveries (5).
 	MaxDeliveries int
+
+	// MaxCrashes bounds a message that takes its consumer process down
+	// without returning an error (an out-of-memory kill, a panic on a
+	// goroutine the handler started, os.Exit in a dependency), which no
+	// count kept in memory can see. A delivery that the broker says it
+	// delivered before, and that this process has no earlier delivery of,
+	// is a suspect: its last delivery may have taken a process down. A
+	// suspect runs alone, one at a time across the consumer, marked in the
+	// store's takeover ledger (inboxtransport.Ledger) while it runs; a
+	// process that dies running it leaves the mark, and the next delivery
+	// counts it. Once a message has taken MaxCrashes consumers down in a
+	// row, it is dead-lettered with inbox.ReasonCrashedConsumer and
+	// settled, without its handler running again, unless the inbox shows
+	// that it was applied after all. A first delivery costs nothing; a
+	// suspect costs a transaction of its own and three small writes.
+	// Kafka, whose broker counts no deliveries, marks the first record of
+	// each partition it takes over instead (see inboxkafka). Negative
+	// turns the bound off. Defaults to DefaultMaxCrashes (3).
+	MaxCrashes int
 
 	// RetryBackoff is how long a message whose handler failed with a
 	// retryable error waits before it is tried again, so that a failing
@@ -116,6 +136,9 @@ func (s Settings) WithDefaults() Settings {
 	}
 	if s.MaxDeliveries == 0 {
 		s.MaxDeliveries = DefaultMaxDeliveries
+	}
+	if s.MaxCrashes == 0 {
+		s.MaxCrashes = DefaultMaxCrashes
 	}
 	if s.RetryBackoff == 0 {
 		s.RetryBackoff = DefaultRetryBackoff

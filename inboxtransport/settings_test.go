@@ -15,14 +15,14 @@ func TestSettings(t *testing.T) {
 	d := inboxtransport.Settings{}.WithDefaults()
 	if d.Workers != 2 || d.MaxBatch != 50 || d.MaxDeliveries != 5 || d.RetryBackoff != time.Second ||
 		d.MaxRetryBackoff != time.Minute || d.ShutdownTimeout != 10*time.Second || d.ReplayInterval != 10*time.Second ||
-		d.StreakLimit != 5 || d.StreakPause != 5*time.Second {
+		d.StreakLimit != 5 || d.StreakPause != 5*time.Second || d.MaxCrashes != 3 {
 		t.Fatalf("defaults: %+v", d)
 	}
 	if s := (inboxtransport.Settings{RetryBackoff: 2 * time.Minute}).WithDefaults(); s.MaxRetryBackoff != 2*time.Minute {
 		t.Errorf("MaxRetryBackoff defaults to at least RetryBackoff, got %v", s.MaxRetryBackoff)
 	}
-	if s := (inboxtransport.Settings{ShutdownTimeout: -1, ReplayInterval: -1, StreakLimit: -1}).WithDefaults(); s.ShutdownTimeout != -1 || s.ReplayInterval != -1 || s.StreakLimit != -1 {
-		t.Errorf("a negative ShutdownTimeout, ReplayInterval or StreakLimit stays negative (at once, off, no breaker), got %+v", s)
+	if s := (inboxtransport.Settings{ShutdownTimeout: -1, ReplayInterval: -1, StreakLimit: -1, MaxCrashes: -1}).WithDefaults(); s.ShutdownTimeout != -1 || s.ReplayInterval != -1 || s.StreakLimit != -1 || s.MaxCrashes != -1 {
+		t.Errorf("a negative ShutdownTimeout, ReplayInterval, StreakLimit or MaxCrashes stays negative (at once, off, no breaker, no bound), got %+v", s)
 	}
 	valid := func() *inboxtransport.Settings { return &inboxtransport.Settings{} }
 	check := func(s *inboxtransport.Settings) error { return s.WithDefaults().Validate() }

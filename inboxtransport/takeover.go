@@ -110,3 +110,137 @@ func (l *Ledger) failed(what, source string, err error) error {
 	}
 	return &inbox.StageError{Stage: inbox.StageLedger, Err: fmt.Errorf("inbox: %s %s by %s: %w", what, source, l.consumer, err)}
 }
+
+// suspect reports whether d is a suspect (Settings.MaxCrashes): the
+// broker says it delivered the message before, and this process counted
+// no earlier delivery of it, so its last delivery may have taken a
+// process down. It returns the name of the message in the ledger: the
+// loop's name and the message's Track, or its event id. A message whose
+// KeyFunc finds no id is no suspect: it is dead-lettered without its
+// handler running.
+func (l *Loop[TTx, D]) suspect(d D) (string, bool) {
+	dl := d.Delivery()
+	if !dl.Message.Source.Redelivered {
+		return "", false
+	}
+	track := dl.track()
+	if track == "" {
+		c := l.policy.cfg
+		keyed, err := c.Client.Key(c.Key, dl.Message)
+		if err != nil {
+			return "", false
+		}
+		track = keyed.ID
+	}
+	if failed, excused := l.policy.counts.get(track); failed+excused > 0 {
+		return "", false
+	}
+	return l.cfg.Name + ":" + track, true
+}
+
+// handleSuspect handles d, a suspect named source in the ledger, alone:
+// it records the delivery in the ledger, which counts a crash when the
+// record it finds was started; it dead-letters d once its crashes reach
+// MaxCrashes (crashed); else it marks d started, handles it, and clears
+// the record, for this process got past it. Suspects run one at a time,
+// so that a crash is counted against the suspect that caused it. When the
+// ledger cannot be written, the store is failing: d is handled unmarked,
+// and its claim meets the failure.
+func (l *Loop[TTx, D]) handleSuspect(ctx context.Context, src Source[D], d D, source string) Handled[D] {
+	l.suspects.Lock()
+	defer l.suspects.Unlock()
+	tk, err := l.ledger.Record(ctx, source, 0)
+	if err == nil {
+		if crashes := tk.Count - 1; crashes >= l.cfg.MaxCrashes {
+			return l.crashed(ctx, src, d, source, crashes)
+		}
+		err = l.ledger.Start(ctx, source, 0)
+	}
+	if err != nil {
+		l.policy.logger.DebugContext(ctx, l.cfg.Name+": could not mark a redelivered message in the takeover ledger; handling it unmarked",
+			"source", d.Delivery().Message.Source.String(), "err", err)
+		return l.handle(ctx, src, []D{d})
+	}
+	h := l.handle(ctx, src, []D{d})
+	l.clear(ctx, source)
+	return h
+}
+
+// crashed settles d, which has taken crashes consumers down in a row: it
+// acknowledges d when the inbox holds it (a consumer went down after its
+// commit), and dead-letters it with inbox.ReasonCrashedConsumer
+// otherwise, without running its handler. A failure of the store hands d
+// back after RetryBackoff, as no attempt, and keeps its record.
+func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source string, crashes int) Handled[D] {
+	dl := d.Delivery()
+	c := l.policy.cfg
+	if keyed, err := c.Client.Key(c.Key, dl.Message); err == nil {
+		dl.Message = keyed
+	}
+	var applied bool
+	var err error
+	if dl.Message.ID != "" {
+		applied, err = l.AppliedBefore(ctx, dl.Message)
+	}
+	cause := fmt.Errorf("%s: the message took its consumer down %d times in a row, and no consumer got past it", l.cfg.Name, crashes)
+	if err == nil && !applied {
+		l.policy.logger.ErrorContext(ctx, l.cfg.Name+": dead-lettering a message that crashes its consumer, without running its handler",
+			"source", dl.Message.Source.String(), "id", dl.Message.ID, "crashes", crashes)
+		err = l.policy.DeadLetter(ctx, d, inbox.ReasonCrashedConsumer, cause, crashes)
+	}
+	if err != nil {
+		l.policy.counts.excuse(dl.track())
+		l.policy.breaker.Decide(ctx, dl.Message, err, 0, 0)
+		l.policy.logger.DebugContext(ctx, l.cfg.Name+": could not settle a message that crashes its consumer; it will be retried",
+			"source", dl.Message.Source.String(), "err", err)
+		l.RetryAfter(ctx, src, d, l.cfg.RetryBackoff)
+		return Handled[D]{Retried: true, Wait: l.cfg.RetryBackoff}
+	}
+	if applied {
+		l.Report(Result{Message: dl.Message, Outcome: inbox.Duplicate})
+		if l.settle(d) {
+			src.Ack(ctx, []D{d})
+		}
+	} else {
+		l.Report(Result{Message: dl.Message, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true, Reason: inbox.ReasonCrashedConsumer})
+		if l.settle(d) {
+			src.Reject(ctx, d, inbox.ReasonCrashedConsumer)
+		}
+	}
+	l.policy.counts.forget(dl.track())
+	l.clear(ctx, source)
+	return Handled[D]{Done: 1}
+}
+
+// clear clears the ledger's record of source, even once ctx is done: a
+// record left behind counts this process's clean pass as a crash.
+func (l *Loop[TTx, D]) clear(ctx context.Context, source string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	if err := l.ledger.Done(ctx, source, 0); err != nil {
+		l.policy.logger.WarnContext(ctx, l.cfg.Name+": could not clear a message's record in the takeover ledger; its next delivery counts a crash", "ledger", source, "err", err)
+	}
+}
+
+// errNotRun is what AppliedBefore's handler returns: it never runs the
+// consumer's handler.
+var errNotRun = errors.New("inboxtransport: the handler of a message that crashed its consumer is not run")
+
+// AppliedBefore reports whether the inbox already holds msg, which is
+// keyed: it claims msg's id and rolls back, never running the handler. A
+// transport calls it before it dead-letters a message that crashed its
+// consumer: a consumer that went down after its commit was not crashed by
+// it.
+func (l *Loop[TTx, D]) AppliedBefore(ctx context.Context, msg inbox.Message) (bool, error) {
+	c := l.policy.cfg
+	out, err := c.Client.Process(ctx, c.Consumer, msg, inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error {
+		return errNotRun
+	}))
+	switch {
+	case err == nil:
+		return out == inbox.Duplicate, nil
+	case errors.Is(err, errNotRun):
+		return false, nil
+	}
+	return false, err
+}

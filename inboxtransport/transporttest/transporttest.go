@@ -66,9 +66,9 @@ type Features struct {
 	// (Main), so that the crash cases kill it.
 	ProcessCrash bool
 	// MaxCrashes is how many consumers a message may take down before the
-	// transport dead-letters it (Kafka's takeover ledger), as the harness
-	// configures it; 0 when the transport leaves that to the broker's
-	// redrive.
+	// transport dead-letters it (Settings.MaxCrashes, through the takeover
+	// ledger), as the harness configures it; 0 when the transport leaves
+	// that to the broker's redrive.
 	MaxCrashes int
 	// Serial: the broker serves one test at a time (goaws keeps its
 	// queues in global state): the cases do not run in parallel.
