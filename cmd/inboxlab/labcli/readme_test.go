@@ -33,7 +33,7 @@ func TestREADMEShowsTheChaosSummary(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		transport string
-		poison    int // crash-poison events: on Kafka only
+		poison    int // crash-poison events: none on the in-process goaws
 	}{{"kafka", 2}, {"sqs", 0}} {
 		t.Run(tc.transport, func(t *testing.T) {
 			t.Parallel()

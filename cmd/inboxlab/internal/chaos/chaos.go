@@ -39,8 +39,8 @@ const (
 	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	// DefaultConsumerName is the inbox consumer that every process runs as.
 	DefaultConsumerName = "chaos-billing"
-	// DefaultCrashPoison is how many crash-poison events a Kafka run
-	// sends by default.
+	// DefaultCrashPoison is how many crash-poison events a run sends by
+	// default.
 	DefaultCrashPoison = 2
 )
 
@@ -104,11 +104,11 @@ type Config struct {
 	// them, half by exiting in the handler, half by a panic on a goroutine
 	// the handler started. The run must end with exactly those events
 	// dead-lettered as inbox.ReasonCrashedConsumer, and every other event
-	// applied once. Only Kafka's adapter bounds them itself (the takeover
-	// ledger); the other brokers bound them with their own delivery count
-	// and dead-letter queue, which the in-process brokers do not model.
-	// Defaults to DefaultCrashPoison on Kafka, and to none elsewhere;
-	// negative sends none.
+	// applied once: every adapter bounds them with the takeover ledger
+	// (inboxtransport.Settings's MaxCrashes). Defaults to
+	// DefaultCrashPoison, except on the in-process goaws, which counts no
+	// receives (its ApproximateReceiveCount is always 1), so that no SQS
+	// consumer can tell a redelivery there; negative sends none.
 	CrashPoison int
 	// Failover, FailoverSync or FailoverAsync, runs the store on a primary
 	// and a streaming replica of the run's own (package pgcluster) instead
@@ -191,6 +191,9 @@ const (
 	crashInGoroutine = "goroutine"
 )
 
+// goawsInProcess reports whether c runs SQS on the in-process goaws.
+func goawsInProcess(c *Config) bool { return c.Transport == "sqs" && c.SQSEndpoint == "" }
+
 func (c *Config) withDefaults() Config {
 	out := *c
 	if out.Transport == "" {
@@ -228,7 +231,7 @@ func (c *Config) withDefaults() Config {
 		out.dbFaultsByDefault = true
 	}
 	switch {
-	case out.CrashPoison == 0 && out.Transport == "kafka" && !out.ControlNoSkip:
+	case out.CrashPoison == 0 && !out.ControlNoSkip && !goawsInProcess(&out):
 		out.CrashPoison = DefaultCrashPoison
 	case out.CrashPoison < 0:
 		out.CrashPoison = 0
@@ -252,12 +255,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("duration %v: want 5s to 24h", c.Duration)
 	case c.Command == nil:
 		return errors.New("Config.Command is nil")
-	case c.CrashPoison > 0 && c.Transport != "kafka":
-		return fmt.Errorf("crash poison %d: only the kafka transport's adapter bounds a message that crashes its consumer by itself", c.CrashPoison)
 	case c.Failover != "" && c.Failover != FailoverSync && c.Failover != FailoverAsync:
 		return fmt.Errorf("failover %q: want %s or %s", c.Failover, FailoverSync, FailoverAsync)
 	case c.Failover != "" && len(c.DBFaults) > 0:
 		return errors.New("database faults do not combine with a failover")
+	case c.CrashPoison > 0 && goawsInProcess(c):
+		return fmt.Errorf("crash poison %d: the in-process goaws counts no receives (ApproximateReceiveCount is always 1), so no SQS consumer can tell a redelivery: give a real SQS endpoint", c.CrashPoison)
 	case c.CrashPoison > c.Events/10:
 		return fmt.Errorf("crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
 	}
