@@ -484,7 +484,7 @@ type Handled[D Carrier] struct {
 // what follows a delivery that is not done is not attempted.
 func (l *Loop[TTx, D]) Handle(ctx context.Context, src Source[D], ds []D) Handled[D] {
 	if l.ledger == nil {
-		return l.handle(ctx, src, ds)
+		return l.handle(ctx, src, ds, nil)
 	}
 	var h Handled[D]
 	done := true // every delivery so far is done
@@ -500,7 +500,7 @@ func (l *Loop[TTx, D]) Handle(ctx context.Context, src Source[D], ds []D) Handle
 		var ph Handled[D]
 		if n > 0 {
 			part, ds = ds[:n], ds[n:]
-			ph = l.handle(ctx, src, part)
+			ph = l.handle(ctx, src, part, nil)
 		} else {
 			part, ds = ds[:1], ds[1:]
 			ph = l.handleSuspect(ctx, src, part[0], source)
@@ -524,10 +524,15 @@ func (l *Loop[TTx, D]) Handle(ctx context.Context, src Source[D], ds []D) Handle
 	return h
 }
 
-// handle is Handle of a batch without suspects, or of one suspect.
-func (l *Loop[TTx, D]) handle(ctx context.Context, src Source[D], ds []D) Handled[D] {
+// handle is Handle of a batch without suspects, or of one suspect. It
+// calls processed, when it is not nil, once the batch's transaction has
+// ended and before any delivery is settled.
+func (l *Loop[TTx, D]) handle(ctx context.Context, src Source[D], ds []D, processed func()) Handled[D] {
 	var h Handled[D]
 	ss := l.policy.Process(ctx, ds, l.cfg.Ordered)
+	if processed != nil {
+		processed()
+	}
 	var ack, release []D
 	injected := false
 	prefix := true

@@ -142,10 +142,12 @@ func (l *Loop[TTx, D]) suspect(d D) (string, bool) {
 // it records the delivery in the ledger, which counts a crash when the
 // record it finds was started; it dead-letters d once its crashes reach
 // MaxCrashes (crashed); else it marks d started, handles it, and clears
-// the record, for this process got past it. Suspects run one at a time,
-// so that a crash is counted against the suspect that caused it. When the
-// ledger cannot be written, the store is failing: d is handled unmarked,
-// and its claim meets the failure.
+// the record once its transaction has ended, for this process got past
+// it, and before d is settled, so that no record outlives its message at
+// the broker. Suspects run one at a time, so that a crash is counted
+// against the suspect that caused it. When the ledger cannot be written,
+// the store is failing: d is handled unmarked, and its claim meets the
+// failure.
 func (l *Loop[TTx, D]) handleSuspect(ctx context.Context, src Source[D], d D, source string) Handled[D] {
 	l.suspects.Lock()
 	defer l.suspects.Unlock()
@@ -159,18 +161,17 @@ func (l *Loop[TTx, D]) handleSuspect(ctx context.Context, src Source[D], d D, so
 	if err != nil {
 		l.policy.logger.DebugContext(ctx, l.cfg.Name+": could not mark a redelivered message in the takeover ledger; handling it unmarked",
 			"source", d.Delivery().Message.Source.String(), "err", err)
-		return l.handle(ctx, src, []D{d})
+		return l.handle(ctx, src, []D{d}, nil)
 	}
-	h := l.handle(ctx, src, []D{d})
-	l.clear(ctx, source)
-	return h
+	return l.handle(ctx, src, []D{d}, func() { l.clear(ctx, source) })
 }
 
 // crashed settles d, which has taken crashes consumers down in a row: it
 // acknowledges d when the inbox holds it (a consumer went down after its
 // commit), and dead-letters it with inbox.ReasonCrashedConsumer
-// otherwise, without running its handler. A failure of the store hands d
-// back after RetryBackoff, as no attempt, and keeps its record.
+// otherwise, without running its handler; then it clears d's record. A
+// failure of the store hands d back after RetryBackoff, as no attempt,
+// and keeps its record.
 func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source string, crashes int) Handled[D] {
 	dl := d.Delivery()
 	c := l.policy.cfg
@@ -196,6 +197,7 @@ func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source s
 		l.RetryAfter(ctx, src, d, l.cfg.RetryBackoff)
 		return Handled[D]{Retried: true, Wait: l.cfg.RetryBackoff}
 	}
+	l.policy.counts.forget(dl.track())
 	if applied {
 		l.Report(Result{Message: dl.Message, Outcome: inbox.Duplicate})
 		if l.settle(d) {
@@ -207,7 +209,10 @@ func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source s
 			src.Reject(ctx, d, inbox.ReasonCrashedConsumer)
 		}
 	}
-	l.policy.counts.forget(dl.track())
+	// Cleared only once d is settled: a process that dies before that
+	// must find the record, and the count, when d comes back, or it would
+	// run d again. One that dies between the two leaves the record of a
+	// message that is gone, which counts nothing.
 	l.clear(ctx, source)
 	return Handled[D]{Done: 1}
 }

@@ -120,13 +120,16 @@ func testCrashPoison[TTx any](t *testing.T, tr Transport[TTx]) {
 	require.NoError(t, r.Stop())
 	e.requireExactlyOnce(healthy...)
 	e.requireDrained()
-	// Every message's record in the takeover ledger was cleared once a
-	// consumer got past the message. (A Kafka partition's record stays
+	// Every healthy message's record in the takeover ledger was cleared
+	// once a consumer got past the message. The poison's may stay: the
+	// record of a dead-lettered message is cleared only after the broker
+	// settled it, and the case stops the child that dead-lettered it as
+	// soon as the dead letter is stored. (A Kafka partition's record stays
 	// until the partition's next takeover with records to process.)
 	var left int
 	require.NoError(t, e.db.QueryRowContext(context.Background(), `SELECT count(*) FROM `+quote(e.schema)+`.`+quote(inboxdriver.DefaultTakeoversTable)+
 		` WHERE source NOT LIKE 'kafka:%'`).Scan(&left))
-	require.Zero(t, left, "messages' records left in the takeover ledger")
+	require.LessOrEqual(t, left, 1, "healthy messages' records left in the takeover ledger")
 	t.Logf("the poison message crashed %d consumers and was dead-lettered; %d healthy messages applied once", crashes, len(healthy))
 }
 
