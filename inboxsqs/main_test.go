@@ -68,6 +68,7 @@ import (
 	"github.com/txinbox/inbox/inboxpgx/inboxpgxtest"
 	"github.com/txinbox/inbox/inboxsqs"
 	"github.com/txinbox/inbox/inboxtransport/transporttest"
+	"github.com/txinbox/inbox/internal/sqscount"
 	"github.com/txinbox/inbox/internal/testdb"
 )
 
@@ -93,7 +94,14 @@ var (
 func startGoaws() (string, *recorder) {
 	goawsOnce.Do(func() {
 		logrus.SetLevel(logrus.ErrorLevel)
-		goawsRec = newRecorder(&receiveCounter{next: router.New(), counts: map[string]int{}})
+		// The outage matrix's queues (named outage-…) and those named
+		// counted-… get the receive count that goaws does not keep: the
+		// matrix checks that a poison message is dead-lettered after
+		// exactly MaxDeliveries attempts, whatever receives an outage
+		// cost it.
+		goawsRec = newRecorder(sqscount.Handler(router.New(), func(u string) bool {
+			return strings.Contains(u, "/outage-") || strings.Contains(u, "/counted-")
+		}))
 		srv := httptest.NewServer(goawsRec)
 		u, err := url.Parse(srv.URL)
 		if err != nil {
@@ -241,72 +249,6 @@ func (r *recorder) guardDeletes(t *testing.T, fn func(bodies []string)) {
 		r.beforeDelete = nil
 		r.mu.Unlock()
 	})
-}
-
-// receiveCounter gives the messages of the outage matrix's queues (named
-// outage-…), and of queues named counted-…, the ApproximateReceiveCount
-// that goaws does not keep (it says 1): how many times the queue has
-// handed each one out. The matrix checks
-// that a poison message is dead-lettered after exactly MaxDeliveries
-// attempts, whatever receives an outage cost it.
-type receiveCounter struct {
-	next   http.Handler
-	mu     sync.Mutex
-	counts map[string]int // MessageId → receives
-}
-
-func (rc *receiveCounter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.Header.Get("X-Amz-Target") != "AmazonSQS.ReceiveMessage" {
-		rc.next.ServeHTTP(w, req)
-		return
-	}
-	reqBody, _ := io.ReadAll(req.Body)
-	req.Body = io.NopCloser(bytes.NewReader(reqBody))
-	var in struct{ QueueUrl string }
-	_ = json.Unmarshal(reqBody, &in)
-	if !strings.Contains(in.QueueUrl, "/outage-") && !strings.Contains(in.QueueUrl, "/counted-") {
-		rc.next.ServeHTTP(w, req)
-		return
-	}
-	rec := httptest.NewRecorder()
-	rc.next.ServeHTTP(rec, req)
-	body := rec.Body.Bytes()
-	if rec.Code == http.StatusOK {
-		body = rc.count(body)
-	}
-	for k, v := range rec.Header() {
-		if k != "Content-Length" {
-			w.Header()[k] = v
-		}
-	}
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(body)
-}
-
-// count sets each received message's ApproximateReceiveCount.
-func (rc *receiveCounter) count(body []byte) []byte {
-	var top map[string]json.RawMessage
-	var msgs []map[string]json.RawMessage
-	if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["Messages"], &msgs) != nil {
-		return body
-	}
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	for _, m := range msgs {
-		var id string
-		attrs := map[string]string{}
-		_ = json.Unmarshal(m["MessageId"], &id)
-		_ = json.Unmarshal(m["Attributes"], &attrs)
-		rc.counts[id]++
-		attrs[string(types.MessageSystemAttributeNameApproximateReceiveCount)] = strconv.Itoa(rc.counts[id])
-		m["Attributes"], _ = json.Marshal(attrs)
-	}
-	top["Messages"], _ = json.Marshal(msgs)
-	out, err := json.Marshal(top)
-	if err != nil {
-		return body
-	}
-	return out
 }
 
 func (r *recorder) delivered(messageID string) int {
