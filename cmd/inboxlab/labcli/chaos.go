@@ -34,7 +34,7 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	seed := fs.Uint64("seed", 0, "seed for the events and the fault schedule (0: random)")
 	dbFaults := fs.String("db-faults", "", "database faults injected in turn, while the consumers log in as a role of their own: a comma list of "+
 		dbFaultKinds()+", all ("+joinKinds(chaos.DefaultDBFaults)+") or none (default all; skipped with a note unless --database-url is a superuser's)")
-	crashPoison := fs.Int("crash-poison", 0, "events that take down any consumer that applies them, to be dead-lettered as crashed_consumer (default 2, none on the in-process goaws, which counts no receives; -1 for none)")
+	crashPoison := fs.Int("crash-poison", 0, "events that take down any consumer that applies them, to be dead-lettered as crashed_consumer (default 2; -1 for none)")
 	pipelined := fs.Bool("pipelined", false, "consumers queue their statements (inboxpgx.PipelineBatchFunc): one round trip per transaction")
 	failover := fs.String("failover", "", "run the store on a primary and a streaming replica of its own, sync or async; mid-run cut replication, kill the primary with SIGKILL and promote the replica")
 	asJSON := fs.Bool("json", false, "print exactly one JSON object on stdout")
@@ -55,8 +55,6 @@ func runChaos(ctx context.Context, e *Env, args []string) error {
 	switch {
 	case *transport != "kafka" && *transport != "sqs" && *transport != "nats" && *transport != "rabbitmq":
 		return command.Usagef("--transport %q: want kafka, sqs, nats or rabbitmq", *transport)
-	case *crashPoison > 0 && *transport == "sqs" && *sqsEndpoint == "":
-		return command.Usagef("--crash-poison %d: the in-process goaws counts no receives (ApproximateReceiveCount is always 1), so no SQS consumer can tell a redelivery: give --sqs-endpoint", *crashPoison)
 	case *crashPoison > *events/10:
 		return command.Usagef("--crash-poison %d: want at most a tenth of --events (%d)", *crashPoison, *events/10)
 	case *consumers < 1 || *consumers > 16:

@@ -33,8 +33,8 @@ func TestREADMEShowsTheChaosSummary(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		transport string
-		poison    int // crash-poison events: none on the in-process goaws
-	}{{"kafka", 2}, {"sqs", 0}} {
+		poison    int // crash-poison events
+	}{{"kafka", 2}, {"sqs", 2}} {
 		t.Run(tc.transport, func(t *testing.T) {
 			t.Parallel()
 			shown, err := readme.Output(filepath.Join("..", "..", "..", "README.md"), "inboxlab chaos --transport "+tc.transport)

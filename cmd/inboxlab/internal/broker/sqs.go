@@ -22,6 +22,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/txinbox/inbox/inboxsqs"
+	"github.com/txinbox/inbox/internal/sqscount"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -47,13 +48,15 @@ var (
 
 // startGoaws starts the process's goaws, once: its queues' visibility
 // timeout defaults to 30 seconds (goaws's own default, 0, would deliver a
-// message again on every tick), and its periodic tasks make what was not
-// deleted visible again.
+// message again on every tick), its periodic tasks make what was not
+// deleted visible again, and its messages carry their receive count.
 func startGoaws() {
 	goawsOnce.Do(func() {
 		logrus.SetLevel(logrus.ErrorLevel)
 		goawsFaults = &failer{}
-		srv := httptest.NewServer(goawsFaults.wrap(router.New()))
+		// goaws keeps no receive count: sqscount does, so that a consumer
+		// tells a redelivery as it would on SQS.
+		srv := httptest.NewServer(goawsFaults.wrap(sqscount.Handler(router.New(), nil)))
 		u, _ := url.Parse(srv.URL)
 		models.CurrentEnvironment = models.Environment{
 			Host: u.Hostname(), Port: u.Port(), Region: "us-east-1", AccountID: "100010001000",

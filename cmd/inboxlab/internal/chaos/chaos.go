@@ -106,9 +106,7 @@ type Config struct {
 	// dead-lettered as inbox.ReasonCrashedConsumer, and every other event
 	// applied once: every adapter bounds them with the takeover ledger
 	// (inboxtransport.Settings's MaxCrashes). Defaults to
-	// DefaultCrashPoison, except on the in-process goaws, which counts no
-	// receives (its ApproximateReceiveCount is always 1), so that no SQS
-	// consumer can tell a redelivery there; negative sends none.
+	// DefaultCrashPoison; negative sends none.
 	CrashPoison int
 	// Failover, FailoverSync or FailoverAsync, runs the store on a primary
 	// and a streaming replica of the run's own (package pgcluster) instead
@@ -191,9 +189,6 @@ const (
 	crashInGoroutine = "goroutine"
 )
 
-// goawsInProcess reports whether c runs SQS on the in-process goaws.
-func goawsInProcess(c *Config) bool { return c.Transport == "sqs" && c.SQSEndpoint == "" }
-
 func (c *Config) withDefaults() Config {
 	out := *c
 	if out.Transport == "" {
@@ -231,7 +226,7 @@ func (c *Config) withDefaults() Config {
 		out.dbFaultsByDefault = true
 	}
 	switch {
-	case out.CrashPoison == 0 && !out.ControlNoSkip && !goawsInProcess(&out):
+	case out.CrashPoison == 0 && !out.ControlNoSkip:
 		out.CrashPoison = DefaultCrashPoison
 	case out.CrashPoison < 0:
 		out.CrashPoison = 0
@@ -259,8 +254,6 @@ func (c *Config) validate() error {
 		return fmt.Errorf("failover %q: want %s or %s", c.Failover, FailoverSync, FailoverAsync)
 	case c.Failover != "" && len(c.DBFaults) > 0:
 		return errors.New("database faults do not combine with a failover")
-	case c.CrashPoison > 0 && goawsInProcess(c):
-		return fmt.Errorf("crash poison %d: the in-process goaws counts no receives (ApproximateReceiveCount is always 1), so no SQS consumer can tell a redelivery: give a real SQS endpoint", c.CrashPoison)
 	case c.CrashPoison > c.Events/10:
 		return fmt.Errorf("crash poison %d: want at most a tenth of the events (%d)", c.CrashPoison, c.Events/10)
 	}
