@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"slices"
@@ -65,7 +66,8 @@ const connectWait = 30 * time.Second
 
 // ConnectNATS opens a connection to the NATS server at url, which
 // reconnects for as long as it is open, and its JetStream. It tries for up
-// to 30 s while no server answers.
+// to 30 s while no server answers, or the one that answered went down
+// before the handshake ended.
 func ConnectNATS(url string) (*nats.Conn, jetstream.JetStream, error) {
 	deadline := time.Now().Add(connectWait)
 	wait := 10 * time.Millisecond
@@ -76,7 +78,11 @@ func ConnectNATS(url string) (*nats.Conn, jetstream.JetStream, error) {
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, nats.ErrNoServers) || time.Now().After(deadline) {
+		// No server listening yet, or one that went down during the
+		// handshake (a chaos restart): try again.
+		var netErr *net.OpError
+		gone := errors.Is(err, nats.ErrNoServers) || errors.As(err, &netErr) || errors.Is(err, io.EOF)
+		if !gone || time.Now().After(deadline) {
 			return nil, nil, err
 		}
 		time.Sleep(wait)
