@@ -247,6 +247,13 @@ type BreakerState struct {
 	Probes      int
 }
 
+// isTripped reports whether the streak opened the breaker.
+func (b *Breaker) isTripped() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.tripped
+}
+
 // State returns a snapshot of the breaker.
 func (b *Breaker) State() BreakerState {
 	b.mu.Lock()

@@ -242,6 +242,10 @@ func (p *Policy[TTx, D]) Process(ctx context.Context, ds []D, ordered bool) []Se
 		batch = append(batch, dl.Message)
 		at = append(at, i)
 	}
+	// A failure whose handler ran while the streak breaker was open is
+	// no attempt, even when another worker's success closes the breaker
+	// before it is judged.
+	tripped := p.breaker.isTripped()
 	if len(batch) > 0 {
 		var results []inbox.BatchResult
 		var err error
@@ -274,7 +278,7 @@ func (p *Policy[TTx, D]) Process(ctx context.Context, ds []D, ordered bool) []Se
 			// again when the batch is tried again.
 			err = fmt.Errorf("%w: %w", inbox.ErrNotAttempted, err)
 		}
-		v, dec := p.judge(ctx, dl.Message, err, attempt, cancelled)
+		v, dec := p.judge(ctx, dl.Message, err, attempt, cancelled, tripped)
 		s := Settlement{Verdict: v, Err: err, Fault: dec.Fault, Attempt: attempt}
 		switch v {
 		case Ack:
@@ -334,8 +338,10 @@ func (p *Policy[TTx, D]) Process(ctx context.Context, ds []D, ordered bool) []Se
 // judge says what becomes of a delivery of msg whose processing returned
 // err, on its attempt-th attempt. cancelled tells that the processing
 // context was cancelled (a shutdown), which says nothing about the
-// message. The Decision is the Breaker's, with Retry and DeadLettered.
-func (p *Policy[TTx, D]) judge(ctx context.Context, msg inbox.Message, err error, attempt int, cancelled bool) (Verdict, Decision) {
+// message; tripped, that the streak breaker was open when the processing
+// began, so that a failure of the message's own is no attempt. The
+// Decision is the Breaker's, with Retry and DeadLettered.
+func (p *Policy[TTx, D]) judge(ctx context.Context, msg inbox.Message, err error, attempt int, cancelled, tripped bool) (Verdict, Decision) {
 	switch {
 	case err == nil:
 		return Ack, Decision{}
@@ -345,6 +351,11 @@ func (p *Policy[TTx, D]) judge(ctx context.Context, msg inbox.Message, err error
 		return Release, Decision{Fault: inbox.Judge(err)}
 	}
 	d := p.breaker.Decide(ctx, msg, err, attempt, p.cfg.MaxDeliveries)
+	if tripped && d.Fault == inbox.FaultMessage && !d.Tripped {
+		// The breaker closed while the handler ran: the failure belongs
+		// to the streak, as if it had been judged at once.
+		d = Decision{Action: ActionHold, Fault: d.Fault, Tripped: true}
+	}
 	if d.Action == ActionDeadLetter {
 		return DeadLettered, d
 	}

@@ -61,11 +61,31 @@ func TestJudge(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			p := testPolicy(maxAttempts)
-			got, d := p.judge(context.Background(), inbox.Message{ID: "e-1"}, tt.err, tt.attempt, tt.cancelled)
+			got, d := p.judge(context.Background(), inbox.Message{ID: "e-1"}, tt.err, tt.attempt, tt.cancelled, false)
 			require.Equal(t, tt.want, got, "verdict %v", got)
 			require.Equal(t, tt.reason, d.Reason)
 		})
 	}
+}
+
+// TestJudgeTrippedAtStart: a failure of the message's own whose handler
+// ran while the streak breaker was open is no attempt, even when the
+// breaker closed (another worker's success) before it was judged; a
+// permanent error still dead-letters.
+func TestJudgeTrippedAtStart(t *testing.T) {
+	t.Parallel()
+	const maxAttempts = 1
+	retryable := errors.New("ledger service: 503")
+	p := testPolicy(maxAttempts)
+	got, d := p.judge(context.Background(), inbox.Message{ID: "e-1"}, retryable, maxAttempts, false, true)
+	require.Equal(t, Retry, got, "held, not dead-lettered")
+	require.Equal(t, ActionHold, d.Action, "no attempt counted")
+	require.True(t, d.Tripped)
+	got, _ = p.judge(context.Background(), inbox.Message{ID: "e-2"}, retryable, maxAttempts, false, false)
+	require.Equal(t, DeadLettered, got, "with the breaker closed throughout, the last attempt dead-letters")
+	got, d = p.judge(context.Background(), inbox.Message{ID: "e-3"}, inbox.Permanent(errors.New("bad amount")), 1, false, true)
+	require.Equal(t, DeadLettered, got)
+	require.Equal(t, inbox.ReasonPermanent, d.Reason)
 }
 
 // TestAttemptLeavesOutExcusedDeliveries: a delivery's attempt is the
