@@ -63,41 +63,17 @@ func (c *Consumer[TTx]) takeover(p *partition, batch []*record, bo *backoff) ([]
 	p.recorded, p.started = first.Offset, -1
 	crashes := tk.Count - 1
 	if crashes >= c.cfg.MaxCrashes {
-		cause := fmt.Errorf("inboxkafka: the consumer went down %d times in a row with this record first, and never got past it", crashes)
-		c.logger.ErrorContext(p.ctx, "inboxkafka: dead-lettering a record that crashes its consumer, without running its handler",
-			"topic", first.Topic, "partition", first.Partition, "offset", first.Offset, "crashes", crashes)
-		msg := r.tr.Message
-		if keyed, err := c.client.Key(c.cfg.Key, msg); err == nil {
-			msg = keyed
-			// The claim decides whether the record was applied after
-			// all, by an owner that went down after its commit: then it
-			// did not crash anything, and it is done.
-			applied, err := c.loop.AppliedBefore(p.ctx, msg)
-			for err != nil {
-				if !c.ledgerFailed(p, msg, "look a crashed record up in the inbox", err, bo) {
-					return nil, false
-				}
-				applied, err = c.loop.AppliedBefore(p.ctx, msg)
-			}
-			if applied {
-				bo.reset()
-				c.loop.Report(Result{Message: msg, Outcome: inbox.Duplicate})
-				c.mark(p, first)
-				c.commitNow(p)
-				return batch[1:], true
-			}
-		}
-		r.tr.Message = msg
+		// The loop keys the record and checks the inbox first: an owner
+		// that went down after its commit was not crashed by it.
 		for {
-			err := c.loop.Policy().DeadLetter(p.ctx, r, inbox.ReasonCrashedConsumer, cause, crashes)
+			_, err := c.loop.DeadLetterCrashed(p.ctx, r, crashes)
 			if err == nil {
 				break
 			}
-			if !c.ledgerFailed(p, msg, "dead-letter a record that crashed its consumer", err, bo) {
+			if !c.ledgerFailed(p, r.tr.Message, "settle a record that crashed its consumer", err, bo) {
 				return nil, false
 			}
 		}
-		c.loop.Report(Result{Message: msg, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true, Reason: inbox.ReasonCrashedConsumer})
 		bo.reset()
 		c.mark(p, first)
 		c.commitNow(p)

@@ -488,6 +488,26 @@ func (l *Loop[TTx, D]) Handle(ctx context.Context, src Source[D], ds []D) Handle
 	}
 	var h Handled[D]
 	done := true // every delivery so far is done
+	// add merges ph, the result of part, into h, and reports whether
+	// the rest may go on: ordered, what follows a delivery that is not
+	// done is handed back unprocessed, its next delivery no attempt of
+	// this one's.
+	add := func(part []D, ph Handled[D], rest []D) bool {
+		if done {
+			h.Done += ph.Done
+		}
+		done = done && ph.Done == len(part)
+		h.Again = append(h.Again, ph.Again...)
+		h.Retried, h.Wait = h.Retried || ph.Retried, max(h.Wait, ph.Wait)
+		if l.cfg.Ordered && !done && len(rest) > 0 {
+			for _, d := range rest {
+				l.policy.counts.excuse(d.Delivery().track())
+			}
+			h.Again = append(h.Again, rest...)
+			return false
+		}
+		return true
+	}
 	for len(ds) > 0 {
 		n, source := 0, ""
 		for ; n < len(ds); n++ {
@@ -496,29 +516,17 @@ func (l *Loop[TTx, D]) Handle(ctx context.Context, src Source[D], ds []D) Handle
 				break
 			}
 		}
-		var part []D
-		var ph Handled[D]
 		if n > 0 {
-			part, ds = ds[:n], ds[n:]
-			ph = l.handle(ctx, src, part, nil)
-		} else {
-			part, ds = ds[:1], ds[1:]
-			ph = l.handleSuspect(ctx, src, part[0], source)
-		}
-		if done {
-			h.Done += ph.Done
-		}
-		done = done && ph.Done == len(part)
-		h.Again = append(h.Again, ph.Again...)
-		h.Retried, h.Wait = h.Retried || ph.Retried, max(h.Wait, ph.Wait)
-		if l.cfg.Ordered && !done && len(ds) > 0 {
-			// Their turn has not come: handed back unprocessed, their
-			// next delivery is no attempt of this one's.
-			for _, d := range ds {
-				l.policy.counts.excuse(d.Delivery().track())
+			if !add(ds[:n], l.handle(ctx, src, ds[:n], nil), ds[n:]) {
+				break
 			}
-			h.Again = append(h.Again, ds...)
-			break
+			ds = ds[n:]
+		}
+		if len(ds) > 0 {
+			if !add(ds[:1], l.handleSuspect(ctx, src, ds[0], source), ds[1:]) {
+				break
+			}
+			ds = ds[1:]
 		}
 	}
 	return h

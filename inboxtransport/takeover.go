@@ -166,29 +166,14 @@ func (l *Loop[TTx, D]) handleSuspect(ctx context.Context, src Source[D], d D, so
 	return l.handle(ctx, src, []D{d}, func() { l.clear(ctx, source) })
 }
 
-// crashed settles d, which has taken crashes consumers down in a row: it
-// acknowledges d when the inbox holds it (a consumer went down after its
-// commit), and dead-letters it with inbox.ReasonCrashedConsumer
-// otherwise, without running its handler; then it clears d's record. A
+// crashed settles d, which has taken crashes consumers down in a row
+// (DeadLetterCrashed): it acknowledges d when the inbox holds it, and
+// rejects it once it is dead-lettered; then it clears d's record. A
 // failure of the store hands d back after RetryBackoff, as no attempt,
 // and keeps its record.
 func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source string, crashes int) Handled[D] {
 	dl := d.Delivery()
-	c := l.policy.cfg
-	if keyed, err := c.Client.Key(c.Key, dl.Message); err == nil {
-		dl.Message = keyed
-	}
-	var applied bool
-	var err error
-	if dl.Message.ID != "" {
-		applied, err = l.AppliedBefore(ctx, dl.Message)
-	}
-	cause := fmt.Errorf("%s: the message took its consumer down %d times in a row, and no consumer got past it", l.cfg.Name, crashes)
-	if err == nil && !applied {
-		l.policy.logger.ErrorContext(ctx, l.cfg.Name+": dead-lettering a message that crashes its consumer, without running its handler",
-			"source", dl.Message.Source.String(), "id", dl.Message.ID, "crashes", crashes)
-		err = l.policy.DeadLetter(ctx, d, inbox.ReasonCrashedConsumer, cause, crashes)
-	}
+	applied, err := l.DeadLetterCrashed(ctx, d, crashes)
 	if err != nil {
 		l.policy.counts.excuse(dl.track())
 		l.policy.breaker.Decide(ctx, dl.Message, err, 0, 0)
@@ -198,14 +183,10 @@ func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source s
 		return Handled[D]{Retried: true, Wait: l.cfg.RetryBackoff}
 	}
 	l.policy.counts.forget(dl.track())
-	if applied {
-		l.Report(Result{Message: dl.Message, Outcome: inbox.Duplicate})
-		if l.settle(d) {
+	if l.settle(d) {
+		if applied {
 			src.Ack(ctx, []D{d})
-		}
-	} else {
-		l.Report(Result{Message: dl.Message, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true, Reason: inbox.ReasonCrashedConsumer})
-		if l.settle(d) {
+		} else {
 			src.Reject(ctx, d, inbox.ReasonCrashedConsumer)
 		}
 	}
@@ -215,6 +196,36 @@ func (l *Loop[TTx, D]) crashed(ctx context.Context, src Source[D], d D, source s
 	// message that is gone, which counts nothing.
 	l.clear(ctx, source)
 	return Handled[D]{Done: 1}
+}
+
+// DeadLetterCrashed stores d's message, which has taken crashes consumers
+// down in a row, as a dead letter with inbox.ReasonCrashedConsumer,
+// without running its handler, and reports it to OnResult. It keys the
+// message first; when the inbox already holds it, a consumer went down
+// after its commit and the message crashed nothing: it reports a
+// duplicate and returns true, for the caller to acknowledge. An error is
+// the store's; the caller settles nothing, and calls again later. A
+// transport's own crash bound (Kafka's takeovers) calls it too.
+func (l *Loop[TTx, D]) DeadLetterCrashed(ctx context.Context, d D, crashes int) (applied bool, err error) {
+	dl := d.Delivery()
+	c := l.policy.cfg
+	if keyed, err := c.Client.Key(c.Key, dl.Message); err == nil {
+		dl.Message = keyed
+		if applied, err = l.appliedBefore(ctx, keyed); err != nil || applied {
+			if applied {
+				l.Report(Result{Message: keyed, Outcome: inbox.Duplicate})
+			}
+			return applied, err
+		}
+	}
+	cause := fmt.Errorf("%s: the message took its consumer down %d times in a row, and no consumer got past it", l.cfg.Name, crashes)
+	if err := l.policy.DeadLetter(ctx, d, inbox.ReasonCrashedConsumer, cause, crashes); err != nil {
+		return false, err
+	}
+	l.policy.logger.ErrorContext(ctx, l.cfg.Name+": dead-lettered a message that crashes its consumer, without running its handler",
+		"source", dl.Message.Source.String(), "id", dl.Message.ID, "crashes", crashes)
+	l.Report(Result{Message: dl.Message, Err: cause, Fault: inbox.Judge(cause), Attempts: crashes, DeadLettered: true, Reason: inbox.ReasonCrashedConsumer})
+	return false, nil
 }
 
 // clear clears the ledger's record of source, even once ctx is done: a
@@ -227,16 +238,13 @@ func (l *Loop[TTx, D]) clear(ctx context.Context, source string) {
 	}
 }
 
-// errNotRun is what AppliedBefore's handler returns: it never runs the
+// errNotRun is what appliedBefore's handler returns: it never runs the
 // consumer's handler.
 var errNotRun = errors.New("inboxtransport: the handler of a message that crashed its consumer is not run")
 
-// AppliedBefore reports whether the inbox already holds msg, which is
-// keyed: it claims msg's id and rolls back, never running the handler. A
-// transport calls it before it dead-letters a message that crashed its
-// consumer: a consumer that went down after its commit was not crashed by
-// it.
-func (l *Loop[TTx, D]) AppliedBefore(ctx context.Context, msg inbox.Message) (bool, error) {
+// appliedBefore reports whether the inbox already holds msg, which is
+// keyed: it claims msg's id and rolls back, never running the handler.
+func (l *Loop[TTx, D]) appliedBefore(ctx context.Context, msg inbox.Message) (bool, error) {
 	c := l.policy.cfg
 	out, err := c.Client.Process(ctx, c.Consumer, msg, inbox.HandlerFunc[TTx](func(context.Context, TTx, inbox.Message) error {
 		return errNotRun
