@@ -76,6 +76,18 @@ type Config struct {
 	// Defaults to 2 × Workers × MaxBatch, or 1 when Ordered.
 	Prefetch int
 
+	// BatchWait is how long a receive that has its first delivery waits
+	// for more to fill its batch (MaxBatch) when fewer are ready. Zero
+	// takes what is ready and goes: the least latency, but under a steady
+	// flow that the consumer keeps up with, each transaction then holds
+	// only what arrived during the one before, and pays a commit for a
+	// few messages. A few milliseconds fill those batches: fewer
+	// transactions for the same messages, for at most BatchWait more
+	// latency on a message that arrives alone. A backlog fills a batch at
+	// once either way. docs/TRANSPORTS.md has figures. Must not be
+	// negative. Defaults to 0.
+	BatchWait time.Duration
+
 	// Ordered processes the queue strictly in order: one worker, one
 	// delivery at a time, Prefetch 1, so that the broker sends nothing
 	// else while a delivery is held; a delivery that fails with a
@@ -136,6 +148,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("inboxrabbit: Config.Prefetch must be 1 with Config.Ordered, got %d", c.Prefetch)
 	case c.MaxRetryBackoff > MaxRetryBackoffLimit:
 		return fmt.Errorf("inboxrabbit: Config.MaxRetryBackoff must be at most %v, got %v", MaxRetryBackoffLimit, c.MaxRetryBackoff)
+	case c.BatchWait < 0:
+		return fmt.Errorf("inboxrabbit: Config.BatchWait must not be negative, got %v", c.BatchWait)
 	case c.ReconnectBackoff < 0:
 		return fmt.Errorf("inboxrabbit: Config.ReconnectBackoff must not be negative, got %v", c.ReconnectBackoff)
 	case c.MaxReconnectBackoff < c.ReconnectBackoff:

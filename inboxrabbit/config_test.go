@@ -34,6 +34,7 @@ func TestConfigValidate(t *testing.T) {
 		{Name: "ordered with prefetch", Adjust: func(c *Config) { c.Ordered, c.Prefetch = true, 5 }, Want: "Config.Prefetch must be 1"},
 		{Name: "negative max deliveries", Adjust: func(c *Config) { c.MaxDeliveries = -1 }, Want: "Config.MaxDeliveries"},
 		{Name: "retry cap over the limit", Adjust: func(c *Config) { c.MaxRetryBackoff = time.Hour }, Want: "Config.MaxRetryBackoff"},
+		{Name: "negative batch wait", Adjust: func(c *Config) { c.BatchWait = -time.Millisecond }, Want: "Config.BatchWait"},
 		{Name: "reconnect cap below base", Adjust: func(c *Config) { c.ReconnectBackoff, c.MaxReconnectBackoff = time.Minute, time.Second }, Want: "Config.MaxReconnectBackoff"},
 	})
 	cfg := (&Config{Ordered: true}).withDefaults()

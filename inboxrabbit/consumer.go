@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
+
 	"github.com/txinbox/inbox"
 	"github.com/txinbox/inbox/inboxtransport"
 	"github.com/txinbox/inbox/internal/transportkit"
@@ -125,7 +127,8 @@ func (s *source[TTx]) session(ctx context.Context) (*session, error) {
 }
 
 // Receive waits for a delivery and returns it with those already waiting
-// behind it, up to n. It returns errChannelLost when the channel died.
+// behind it, up to n, and with Config.BatchWait with those that arrive
+// within BatchWait of it. It returns errChannelLost when the channel died.
 func (s *source[TTx]) Receive(ctx context.Context, n int) ([]*delivery, error) {
 	sess, err := s.session(ctx)
 	if err != nil {
@@ -145,18 +148,35 @@ func (s *source[TTx]) Receive(ctx context.Context, n int) ([]*delivery, error) {
 	}
 	ds := []*delivery{first}
 	sess.hand(first)
+	var full <-chan time.Time // BatchWait is over; nil waits for nothing
+	if w := s.config.BatchWait; w > 0 && n > 1 {
+		t := time.NewTimer(w)
+		defer t.Stop()
+		full = t.C
+	}
 	for len(ds) < n {
-		select {
-		case d, ok := <-sess.ready:
-			if !ok {
+		var d amqp.Delivery
+		ok := false
+		if full == nil {
+			select {
+			case d, ok = <-sess.ready:
+			default:
 				return ds, nil
 			}
-			dl := newDelivery(s.config.Queue, sess, d)
-			sess.hand(dl)
-			ds = append(ds, dl)
-		default:
+		} else {
+			select {
+			case d, ok = <-sess.ready:
+			case <-full:
+			case <-ctx.Done():
+			case <-sess.done:
+			}
+		}
+		if !ok {
 			return ds, nil
 		}
+		dl := newDelivery(s.config.Queue, sess, d)
+		sess.hand(dl)
+		ds = append(ds, dl)
 	}
 	return ds, nil
 }

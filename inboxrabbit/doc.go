@@ -34,7 +34,8 @@
 //
 // The consumer consumes with manual acks and a Qos prefetch
 // (Config.Prefetch). Each of Config.Workers workers takes a delivery and
-// the ones already waiting behind it, up to Config.MaxBatch, and processes
+// the ones already waiting behind it, up to Config.MaxBatch (with
+// Config.BatchWait, also those that arrive within that wait), and processes
 // them as one batch (inbox.Client.ProcessBatch: one claim statement and
 // one transaction unless a handler fails, and a failing message is
 // isolated from its batch-mates). Then it acknowledges each delivery whose

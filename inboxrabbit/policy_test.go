@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -55,4 +56,51 @@ func TestBatchFillsFromPrefetch(t *testing.T) {
 	require.Greater(t, got.MaxMessages, 1, "a batch holds what was prefetched: %+v", got)
 	require.LessOrEqual(t, got.MaxMessages, cfg.MaxBatch, "%+v", got)
 	t.Logf("%d messages in %d transactions, at most %d in one", got.Messages, got.Txs, got.MaxMessages)
+}
+
+// TestBatchWait: with BatchWait, a receive that has its first delivery
+// waits for the rest of its batch, and the batch commits as one
+// transaction; a delivery with nothing behind it goes once BatchWait has
+// passed.
+func TestBatchWait(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		wait time.Duration
+		// msgs are published one by one, the second once the broker has
+		// handed the first out: without BatchWait the first would go
+		// alone.
+		msgs int
+	}{
+		// Longer than the test: the batch must fill, not time out.
+		{"fills the batch", 10 * time.Minute, 5},
+		{"lets a lone message go", 20 * time.Millisecond, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t)
+			obs := h.observe(t)
+			q := h.queue("batch-wait", nil)
+			cfg := h.config(q)
+			cfg.Workers, cfg.MaxBatch, cfg.BatchWait = 1, 5, tc.wait
+			var calls atomic.Int32
+			r := h.start(cfg, h.fx.Handler(&calls), nil)
+			ids := make([]string, tc.msgs)
+			for i := range ids {
+				if i == 1 {
+					eventually(t, "the broker to hand the first message out", func() bool { return h.ready(q) == 0 })
+				}
+				ids[i] = inboxtest.NewID()
+				h.publish(q, ids[i], event{N: i})
+			}
+			eventually(t, "every message applied", func() bool { return obs.Get().Messages >= len(ids) })
+			r.stop()
+			got := obs.Get()
+			require.Equal(t, 1, got.Txs, "one transaction: %+v", got)
+			require.Equal(t, len(ids), got.MaxMessages, "%+v", got)
+			for _, id := range ids {
+				require.Equal(t, 1, h.fx.Count(t, id))
+			}
+		})
+	}
 }

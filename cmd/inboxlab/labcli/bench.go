@@ -28,6 +28,8 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	redisAddr := fs.String("redis-addr", bench.DefaultRedisAddr, "the Redis of the redis-setnx row; empty leaves that row out")
 	amqpURL := fs.String("amqp-url", bench.DefaultAMQPURL, "the RabbitMQ of the rabbitmq-… rows; empty leaves them out, as does a server that does not answer (the report says so)")
 	natsURL := fs.String("nats-url", "", "the NATS server, with JetStream, of the nats-… rows (a stream named after the run's schema is created and deleted); empty runs one in this process")
+	var rabbitBatchWait command.Duration
+	fs.Var(&rabbitBatchWait, "rabbitmq-batch-wait", "the rabbitmq-… rows' inboxrabbit Config.BatchWait, and their bare loop's: how long a receive that has a delivery waits for more to fill its batch (default 0, the adapter's: take what is ready)")
 	rowsFlag := fs.String("rows", "", "comma-separated rows to run (default all): "+strings.Join(bench.Names(), ", "))
 	workersFlag := fs.String("workers", "", "comma-separated worker counts (default 1,8)")
 	var warmup, duration, purgeBaseline, idDuration command.Duration
@@ -62,6 +64,7 @@ func runBench(ctx context.Context, e *Env, args []string) error {
 	cfg.RedisAddr = *redisAddr
 	cfg.AMQPURL = *amqpURL
 	cfg.NATSURL = *natsURL
+	cfg.RabbitMQBatchWait = rabbitBatchWait.Value
 	if *rowsFlag != "" {
 		cfg.Rows = splitList(*rowsFlag)
 	}

@@ -86,6 +86,10 @@ type Config struct {
 	// server that cannot be reached leaves the rows out, and the report
 	// says why.
 	NATSURL string
+	// RabbitMQBatchWait is the inboxrabbit Config.BatchWait of the
+	// rabbitmq-… rows' consumers, and the same wait of their bare loop.
+	// Zero, the adapter's default, takes what is ready.
+	RabbitMQBatchWait time.Duration
 	// Rows names the rows to run, all if empty.
 	Rows []string
 	// Workers are the worker counts each row runs at.
@@ -491,23 +495,24 @@ func (b *bench) settings() Settings {
 		names[i] = r.name
 	}
 	return Settings{
-		Schema:           b.schema,
-		Rows:             names,
-		Workers:          b.cfg.Workers,
-		Accounts:         b.cfg.Accounts,
-		PoolSize:         b.maxW,
-		WarmupS:          b.cfg.Warmup.Seconds(),
-		DurationS:        b.cfg.Duration.Seconds(),
-		Rounds:           b.cfg.Rounds,
-		PurgeRows:        b.cfg.PurgeRows,
-		IDRows:           b.cfg.IDRows,
-		IDDurationS:      b.cfg.IDDuration.Seconds(),
-		IDRounds:         b.cfg.IDRounds,
-		Seed:             b.cfg.Seed,
-		GoMaxProcs:       runtime.GOMAXPROCS(0),
-		IDKind:           "uuidv7",
-		SideEffectSQL:    "UPDATE accounts SET balance = balance + $1 WHERE id = $2",
-		InProcessBrokers: b.inProcessBrokers(),
+		Schema:              b.schema,
+		Rows:                names,
+		Workers:             b.cfg.Workers,
+		Accounts:            b.cfg.Accounts,
+		PoolSize:            b.maxW,
+		WarmupS:             b.cfg.Warmup.Seconds(),
+		DurationS:           b.cfg.Duration.Seconds(),
+		Rounds:              b.cfg.Rounds,
+		PurgeRows:           b.cfg.PurgeRows,
+		IDRows:              b.cfg.IDRows,
+		IDDurationS:         b.cfg.IDDuration.Seconds(),
+		IDRounds:            b.cfg.IDRounds,
+		Seed:                b.cfg.Seed,
+		GoMaxProcs:          runtime.GOMAXPROCS(0),
+		IDKind:              "uuidv7",
+		SideEffectSQL:       "UPDATE accounts SET balance = balance + $1 WHERE id = $2",
+		InProcessBrokers:    b.inProcessBrokers(),
+		RabbitMQBatchWaitMS: float64(b.cfg.RabbitMQBatchWait) / float64(time.Millisecond),
 	}
 }
 

@@ -67,11 +67,11 @@ func (s *rabbitStore) open(ctx context.Context, b *bench, c *cleanup) error {
 	// with the prefetch it takes by default.
 	if err := startLanes(ctx, b, c, &s.inbox, &s.bare, func(client *inbox.Client[pgx.Tx], q string) (runner, error) {
 		return inboxrabbit.New[pgx.Tx](broker.RabbitDial(b.cfg.AMQPURL), client, b.pg.batchHandler, &inboxrabbit.Config{
-			Queue: q, Consumer: "bench-rabbitmq", Key: broker.EventIDKey,
+			Queue: q, Consumer: "bench-rabbitmq", Key: broker.EventIDKey, BatchWait: b.cfg.RabbitMQBatchWait,
 			Settings: inboxtransport.Settings{Workers: 1, MaxBatch: brokerBatch, ShutdownTimeout: 5 * time.Second},
 		})
 	}, func(q string) (broker.Poller, error) {
-		return s.r.Subscribe(q, &broker.PollConfig{Batch: brokerBatch, Prefetch: 2 * brokerBatch})
+		return s.r.Subscribe(q, &broker.PollConfig{Batch: brokerBatch, Prefetch: 2 * brokerBatch, BatchWait: b.cfg.RabbitMQBatchWait})
 	}); err != nil {
 		return err
 	}

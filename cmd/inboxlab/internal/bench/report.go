@@ -233,6 +233,8 @@ type Settings struct {
 	// (kfake, an embedded NATS server): their rows' client CPU counts the
 	// broker's CPU too, and the report says where their cores' time went.
 	InProcessBrokers []string `json:"in_process_brokers,omitempty"`
+	// RabbitMQBatchWaitMS is Config.RabbitMQBatchWait, when not zero.
+	RabbitMQBatchWaitMS float64 `json:"rabbitmq_batch_wait_ms,omitempty"`
 }
 
 // pgSettings are the server settings that decide these figures.

@@ -194,6 +194,11 @@ type PollConfig struct {
 	Prefetch int
 	// Wait is how long a Poll waits for deliveries. Defaults to a second.
 	Wait time.Duration
+	// BatchWait is how long a Poll that has its first delivery waits for
+	// more to fill Batch, as inboxrabbit.Config.BatchWait (RabbitMQ only;
+	// a NATS fetch waits Wait for its whole batch). Zero takes what is
+	// ready.
+	BatchWait time.Duration
 	// ConfirmAcks makes Ack wait until the broker confirmed each
 	// acknowledgement, where it can tell (NATS); otherwise an ack is sent
 	// and not waited for. Kafka's commits and SQS's deletes are always

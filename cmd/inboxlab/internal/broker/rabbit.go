@@ -331,7 +331,8 @@ type rabbitPoller struct {
 }
 
 // Poll waits up to Wait for a delivery and takes it with those already
-// waiting behind it, up to Batch, as inboxrabbit batches.
+// waiting behind it, and those that arrive within BatchWait of it, up to
+// Batch, as inboxrabbit batches.
 func (p *rabbitPoller) Poll(ctx context.Context) ([]*Delivery, error) {
 	t := time.NewTimer(p.c.Wait)
 	defer t.Stop()
@@ -347,16 +348,31 @@ func (p *rabbitPoller) Poll(ctx context.Context) ([]*Delivery, error) {
 		}
 		out = append(out, rabbitDelivery(d))
 	}
+	var full <-chan time.Time // BatchWait is over; nil waits for nothing
+	if p.c.BatchWait > 0 {
+		t.Reset(p.c.BatchWait)
+		full = t.C
+	}
 	for len(out) < p.c.Batch {
-		select {
-		case d, ok := <-p.deliveries:
-			if !ok {
+		var d amqp.Delivery
+		ok := false
+		if full == nil {
+			select {
+			case d, ok = <-p.deliveries:
+			default:
 				return out, nil
 			}
-			out = append(out, rabbitDelivery(d))
-		default:
+		} else {
+			select {
+			case d, ok = <-p.deliveries:
+			case <-full:
+			case <-ctx.Done():
+			}
+		}
+		if !ok {
 			return out, nil
 		}
+		out = append(out, rabbitDelivery(d))
 	}
 	return out, nil
 }
