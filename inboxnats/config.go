@@ -17,7 +17,7 @@ import (
 const (
 	DefaultWorkers         = inboxtransport.DefaultWorkers
 	DefaultMaxBatch        = inboxtransport.DefaultMaxBatch
-	DefaultFetchWait       = 5 * time.Second
+	DefaultFetchWait       = 500 * time.Millisecond
 	DefaultMaxDeliveries   = inboxtransport.DefaultMaxDeliveries
 	DefaultRetryBackoff    = inboxtransport.DefaultRetryBackoff
 	DefaultMaxRetryBackoff = inboxtransport.DefaultMaxRetryBackoff
@@ -69,7 +69,13 @@ type Config struct {
 	Key inbox.KeyFunc
 
 	// FetchWait is how long one Fetch waits for its batch to fill before
-	// it returns what it has. Defaults to DefaultFetchWait (5s).
+	// it returns what it has. A JetStream Fetch returns early only with a
+	// full batch, so under a trickle a message waits up to FetchWait
+	// before its batch is processed, and an idle worker asks the server
+	// again every FetchWait. Much shorter than 100ms, a message the server
+	// sends to a fetch as the client gives up on it comes back only after
+	// AckWait. Defaults to DefaultFetchWait (500ms, as Kafka's
+	// fetch.max.wait.ms).
 	FetchWait time.Duration
 
 	// Ordered processes the stream's messages strictly in order: one
