@@ -148,36 +148,11 @@ func (s *source[TTx]) Receive(ctx context.Context, n int) ([]*delivery, error) {
 	}
 	ds := []*delivery{first}
 	sess.hand(first)
-	var full <-chan time.Time // BatchWait is over; nil waits for nothing
-	if w := s.config.BatchWait; w > 0 && n > 1 {
-		t := time.NewTimer(w)
-		defer t.Stop()
-		full = t.C
-	}
-	for len(ds) < n {
-		var d amqp.Delivery
-		ok := false
-		if full == nil {
-			select {
-			case d, ok = <-sess.ready:
-			default:
-				return ds, nil
-			}
-		} else {
-			select {
-			case d, ok = <-sess.ready:
-			case <-full:
-			case <-ctx.Done():
-			case <-sess.done:
-			}
-		}
-		if !ok {
-			return ds, nil
-		}
+	transportkit.Fill(ctx, sess.ready, n-1, s.config.BatchWait, sess.done, func(d amqp.Delivery) {
 		dl := newDelivery(s.config.Queue, sess, d)
 		sess.hand(dl)
 		ds = append(ds, dl)
-	}
+	})
 	return ds, nil
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/txinbox/inbox/inboxrabbit"
 	"github.com/txinbox/inbox/internal/tcpproxy"
+	"github.com/txinbox/inbox/internal/transportkit"
 	"github.com/txinbox/inbox/outbox"
 )
 
@@ -348,32 +349,9 @@ func (p *rabbitPoller) Poll(ctx context.Context) ([]*Delivery, error) {
 		}
 		out = append(out, rabbitDelivery(d))
 	}
-	var full <-chan time.Time // BatchWait is over; nil waits for nothing
-	if p.c.BatchWait > 0 {
-		t.Reset(p.c.BatchWait)
-		full = t.C
-	}
-	for len(out) < p.c.Batch {
-		var d amqp.Delivery
-		ok := false
-		if full == nil {
-			select {
-			case d, ok = <-p.deliveries:
-			default:
-				return out, nil
-			}
-		} else {
-			select {
-			case d, ok = <-p.deliveries:
-			case <-full:
-			case <-ctx.Done():
-			}
-		}
-		if !ok {
-			return out, nil
-		}
+	transportkit.Fill(ctx, p.deliveries, p.c.Batch-1, p.c.BatchWait, nil, func(d amqp.Delivery) {
 		out = append(out, rabbitDelivery(d))
-	}
+	})
 	return out, nil
 }
 
